@@ -1,0 +1,1 @@
+"""ros layer of timebill_ros."""

@@ -1,0 +1,1 @@
+"""runtime layer of timebill_ros."""
