@@ -23,7 +23,10 @@ REQUIREMENTS := $(ROOT)/requirements/ros2-kilted.txt $(ROOT)/requirements/python
 ENV := cd "$(ROOT)" && . ./env.sh
 PARAMS ?= config/timebill.yaml
 PYTEST_ARGS ?=
-LINT_PATHS := timebill_ros test scripts/timebill_node launch setup.py
+# Only paths that exist (a clean clone may lack test/ early on), relative to ROOT.
+existing = $(patsubst $(ROOT)/%,%,$(wildcard $(addprefix $(ROOT)/,$(1))))
+LINT_PATHS = $(call existing,timebill_ros test scripts/timebill_node launch setup.py)
+DOC_PATHS = $(call existing,timebill_ros test)
 
 .PHONY: venv build test lint node demo bench clean
 
@@ -55,7 +58,7 @@ test: build
 lint: venv
 	$(ENV) && flake8 --max-line-length 99 $(LINT_PATHS)
 	$(ENV) && pydocstyle --convention=pep257 \
-	  --add-ignore=D100,D101,D102,D103,D104,D105,D106,D107 timebill_ros test
+	  --add-ignore=D100,D101,D102,D103,D104,D105,D106,D107 $(DOC_PATHS)
 
 node: build
 	$(ENV) && exec python -m timebill_ros.ros.node --ros-args --params-file $(PARAMS)
