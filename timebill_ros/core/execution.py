@@ -1,0 +1,126 @@
+"""Run one planned request through an engine, applying the deadline rules per token."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, Sequence
+
+from timebill_ros.core.deadline import after_token, DeadlineClock, finished_outcome, Step
+from timebill_ros.core.planning import Plan
+from timebill_ros.core.request import Outcome, OverrunPolicy, Request
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One generated token as the engine reports it."""
+
+    index: int
+    token_id: int
+    text_delta: str
+    time: float
+
+
+@dataclass
+class GenerationStats:
+    """What the engine measured while generating."""
+
+    prefill_s: float = 0.0
+    step_times: list = field(default_factory=list)
+    tokens: int = 0
+    stop: str = ''
+    kv_tokens_after_prefill: int = 0
+
+    @property
+    def decode_s(self) -> float:
+        """Total time of decode steps (after the first token)."""
+        return float(sum(self.step_times))
+
+
+class Engine(Protocol):
+    """A model runner: prefill then decode, calling ``on_token`` after every token."""
+
+    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, plan: Plan,
+                 on_token: Callable[[TokenEvent], bool]) -> GenerationStats:
+        """Generate until EOS, ``max_new_tokens`` or ``on_token`` returns False."""
+
+
+@dataclass
+class JobResult:
+    """Result of one goal, mirroring the Instruct result fields."""
+
+    outcome: Outcome
+    deadline_met: bool
+    reason: str
+    text: str = ''
+    tokens: int = 0
+    queue_s: float = 0.0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    e2e_s: float = 0.0
+    step_times: tuple = ()
+    plan: Plan = field(default_factory=Plan)
+
+
+Feedback = Callable[[TokenEvent, float, float], None]
+
+
+def ended_before_start(clock: DeadlineClock, outcome: Outcome, reason: str,
+                       plan: Plan = Plan()) -> JobResult:
+    """Build the result of a goal that ends without running (skipped, canceled, killed)."""
+    now = clock.now()
+    return JobResult(outcome=outcome, deadline_met=False, reason=reason,
+                     queue_s=clock.elapsed(now), e2e_s=clock.elapsed(now), plan=plan)
+
+
+def run_job(engine: Engine, prompt_ids: Sequence[int], request: Request, plan: Plan,
+            clock: DeadlineClock, cancel_requested: Callable[[], bool],
+            on_feedback: Feedback) -> JobResult:
+    """Run a request now; stop at the first token boundary the rules say to stop at."""
+    started = clock.now()
+    queue_s = clock.elapsed(started)
+    if cancel_requested():
+        return ended_before_start(clock, Outcome.CANCELED, 'canceled before it started', plan)
+    if request.policy == OverrunPolicy.KILL and clock.expired(started):
+        return ended_before_start(
+            clock, Outcome.KILLED,
+            f'killed: deadline passed while queued ({queue_s:.3f} s in queue)', plan)
+
+    parts: list = []
+    last_step = [Step.CONTINUE]
+
+    def on_token(event: TokenEvent) -> bool:
+        parts.append(event.text_delta)
+        on_feedback(event, clock.elapsed(event.time), clock.remaining(event.time))
+        last_step[0] = after_token(request.policy, clock, event.time, cancel_requested())
+        return last_step[0] == Step.CONTINUE
+
+    try:
+        stats = engine.generate(prompt_ids, request.max_new_tokens, plan, on_token)
+    except Exception as exc:  # noqa: BLE001 - any engine failure must end the goal cleanly
+        now = clock.now()
+        return JobResult(outcome=Outcome.FAILED, deadline_met=False,
+                         reason=f'generation failed: {type(exc).__name__}: {exc}',
+                         text=''.join(parts), queue_s=queue_s, e2e_s=clock.elapsed(now),
+                         plan=plan)
+    finished = clock.now()
+    outcome, met = finished_outcome(last_step[0], finished, clock)
+    e2e = clock.elapsed(finished)
+    return JobResult(
+        outcome=outcome, deadline_met=met,
+        reason=_reason(outcome, met, stats, clock.remaining(finished)),
+        text=''.join(parts), tokens=stats.tokens, queue_s=queue_s,
+        prefill_s=stats.prefill_s, decode_s=stats.decode_s, e2e_s=e2e,
+        step_times=tuple(stats.step_times), plan=plan)
+
+
+def _reason(outcome: Outcome, met: bool, stats: GenerationStats, slack: float) -> str:
+    if outcome == Outcome.CANCELED:
+        return f'canceled by the caller after {stats.tokens} tokens'
+    if outcome == Outcome.KILLED:
+        return (f'killed at the deadline after {stats.tokens} tokens'
+                f' ({-slack:.3f} s past it); text is partial')
+    ending = {'eos': 'end of answer', 'max_tokens': 'max_new_tokens reached'}.get(
+        stats.stop, stats.stop or 'end')
+    if met:
+        return f'completed in time ({ending}, {slack:.3f} s to spare)'
+    return f'completed {-slack:.3f} s after the deadline ({ending})'

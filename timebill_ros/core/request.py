@@ -1,0 +1,144 @@
+"""Requests, outcomes and goal validation, free of ROS and torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import enum
+import math
+
+
+class Outcome(enum.IntEnum):
+    """How a goal ended; values equal the Instruct result constants."""
+
+    COMPLETED = 0
+    KILLED = 1
+    SKIPPED = 2
+    REJECTED = 3
+    CANCELED = 4
+    FAILED = 5
+
+
+class OverrunPolicy(enum.IntEnum):
+    """What happens when a goal overruns its deadline."""
+
+    KILL = 0
+    SKIP_NEXT = 1
+
+
+# Goal value asking for the node's default_policy parameter.
+POLICY_NODE_DEFAULT = 2
+
+
+class Mode(enum.IntEnum):
+    """How the node may trade quality for time."""
+
+    AUTO = 0
+    NONE = 1
+    EVICTION = 2
+    EARLY_EXIT = 3
+
+
+class Rejection(ValueError):
+    """A goal cannot be accepted; ``reason`` is shown to the caller."""
+
+    def __init__(self, reason: str):
+        """Keep the reason as the exception message."""
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class GoalSpec:
+    """Raw goal fields as they arrive from an action goal or a topic message."""
+
+    instruction: str
+    context: str = ''
+    budget_s: float = 0.0
+    overrun_policy: int = int(OverrunPolicy.KILL)
+    mode: int = int(Mode.AUTO)
+    max_new_tokens: int = 0
+    pessimistic_factor: float = 0.0
+    request_id: str = ''
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Node-side limits and defaults used to validate goals."""
+
+    max_budget_s: float = 600.0
+    default_max_new_tokens: int = 128
+    max_new_tokens_limit: int = 1024
+    default_pessimistic_factor: float = 1.0
+    default_policy: OverrunPolicy = OverrunPolicy.KILL
+    supported_modes: frozenset = frozenset({Mode.AUTO, Mode.NONE})
+    max_instruction_chars: int = 200_000
+
+
+@dataclass(frozen=True)
+class Request:
+    """A validated goal with node defaults filled in."""
+
+    instruction: str
+    context: str
+    budget_s: float
+    policy: OverrunPolicy
+    mode: Mode
+    max_new_tokens: int
+    pessimistic_factor: float
+    request_id: str = ''
+
+
+def _enum_value(enum_type, value, what: str):
+    try:
+        return enum_type(int(value))
+    except (ValueError, TypeError):
+        names = ', '.join(f'{m.name}={m.value}' for m in enum_type)
+        raise Rejection(f'unknown {what} {value!r} (expected one of {names})') from None
+
+
+def validate(spec: GoalSpec, limits: Limits) -> Request:
+    """Check a goal's fields and fill node defaults; raise Rejection with a reason."""
+    if not isinstance(spec.instruction, str) or not spec.instruction.strip():
+        raise Rejection('empty instruction')
+    if len(spec.instruction) + len(spec.context) > limits.max_instruction_chars:
+        raise Rejection(
+            f'instruction + context is {len(spec.instruction) + len(spec.context)} characters,'
+            f' over the limit of {limits.max_instruction_chars}')
+    budget = float(spec.budget_s)
+    if not math.isfinite(budget):
+        raise Rejection(f'budget is not finite ({budget})')
+    if budget <= 0.0:
+        raise Rejection(f'budget must be > 0 s (got {budget:g} s)')
+    if budget > limits.max_budget_s:
+        raise Rejection(
+            f'budget {budget:g} s is over the node maximum of {limits.max_budget_s:g} s')
+    if int(spec.overrun_policy) == POLICY_NODE_DEFAULT:
+        policy = limits.default_policy
+    else:
+        policy = _enum_value(OverrunPolicy, spec.overrun_policy, 'overrun_policy')
+    mode = _enum_value(Mode, spec.mode, 'mode')
+    if mode not in limits.supported_modes:
+        supported = ', '.join(sorted(m.name for m in limits.supported_modes))
+        raise Rejection(f'mode {mode.name} is not available on this node (supported: {supported})')
+    max_new = int(spec.max_new_tokens) or limits.default_max_new_tokens
+    if max_new < 0 or max_new > limits.max_new_tokens_limit:
+        raise Rejection(
+            f'max_new_tokens {max_new} is outside 1..{limits.max_new_tokens_limit}')
+    factor = float(spec.pessimistic_factor)
+    if not math.isfinite(factor) or factor < 0.0:
+        raise Rejection(f'pessimistic_factor must be finite and >= 0 (got {factor})')
+    if factor == 0.0:
+        factor = limits.default_pessimistic_factor
+    elif factor < 1.0:
+        raise Rejection(f'pessimistic_factor must be >= 1 or 0 for the default (got {factor:g})')
+    return Request(
+        instruction=spec.instruction, context=spec.context or '', budget_s=budget,
+        policy=policy, mode=mode, max_new_tokens=max_new, pessimistic_factor=factor,
+        request_id=spec.request_id)
+
+
+def check_prompt_fits(prompt_tokens: int, context_window: int) -> None:
+    """Reject a prompt that leaves no room for even one answer token."""
+    if prompt_tokens >= context_window:
+        raise Rejection(
+            f'prompt is {prompt_tokens} tokens, the model context window is {context_window}')

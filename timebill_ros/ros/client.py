@@ -1,0 +1,161 @@
+"""A blocking Instruct client for tools and tests: send a goal, stream, wait for the end."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import threading
+import time
+from typing import Callable
+import uuid
+
+import rclpy
+from rclpy.action import ActionClient
+from rclpy.executors import MultiThreadedExecutor
+from rclpy.node import Node
+from unique_identifier_msgs.msg import UUID
+
+from timebill_ros.action import Instruct
+from timebill_ros.msg import Response
+from timebill_ros.ros.convert import s_to_duration
+
+
+class ClientTimeout(TimeoutError):
+    """The node did not answer within the client's wait limit."""
+
+
+@dataclass
+class GoalRun:
+    """Everything a client saw of one goal."""
+
+    goal_id: str
+    accepted: bool = False
+    reject_reason: str = ''
+    status: int = 0
+    result: Instruct.Result | None = None
+    feedback: list = field(default_factory=list)
+    sent_at: float = 0.0
+    finished_at: float = 0.0
+    _done: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def streamed_text(self) -> str:
+        """Return the concatenation of all feedback text deltas."""
+        return ''.join(f.text_delta for f in self.feedback)
+
+
+def make_goal(instruction: str, budget_s: float, context: str = '', policy: int = 0,
+              mode: int = 1, max_new_tokens: int = 0,
+              pessimistic_factor: float = 0.0) -> Instruct.Goal:
+    """Build an Instruct goal from plain values."""
+    return Instruct.Goal(instruction=instruction, context=context,
+                         budget=s_to_duration(budget_s), overrun_policy=policy, mode=mode,
+                         max_new_tokens=max_new_tokens, pessimistic_factor=pessimistic_factor)
+
+
+class InstructClient:
+    """Own a node and an executor thread; send goals and wait with timeouts."""
+
+    def __init__(self, action_name: str = '/timebill/instruct', node_name: str = 'timebill_client',
+                 responses_topic: str = '/timebill/responses'):
+        """Create the client node and spin it in a background thread."""
+        self.node = Node(node_name)
+        self._client = ActionClient(self.node, Instruct, action_name)
+        self._lock = threading.Lock()
+        self._runs: dict = {}
+        self._rejections: dict = {}
+        self.node.create_subscription(Response, responses_topic, self._on_response, 50)
+        self._executor = MultiThreadedExecutor(num_threads=2)
+        self._executor.add_node(self.node)
+        self._thread = threading.Thread(target=self._executor.spin, daemon=True)
+        self._thread.start()
+
+    def wait_for_server(self, timeout_s: float = 30.0) -> None:
+        """Wait until the action server is discovered; raise ClientTimeout otherwise."""
+        if not self._client.wait_for_server(timeout_sec=timeout_s):
+            raise ClientTimeout(f'no action server {self._client._action_name} '
+                                f'after {timeout_s:g} s')
+
+    def _on_response(self, msg: Response) -> None:
+        with self._lock:
+            self._rejections[msg.id] = msg
+            run = self._runs.get(msg.id)
+        if run is not None and not run.accepted and msg.outcome == Instruct.Result.REJECTED:
+            run.reject_reason = msg.reason
+
+    def send(self, goal: Instruct.Goal,
+             on_feedback: Callable[[Instruct.Feedback], None] | None = None) -> GoalRun:
+        """Send a goal without waiting; use wait() on the returned run."""
+        goal_uuid = uuid.uuid4()
+        run = GoalRun(goal_id=goal_uuid.hex, sent_at=time.monotonic())
+        with self._lock:
+            self._runs[run.goal_id] = run
+
+        def feedback(msg):
+            run.feedback.append(msg.feedback)
+            if on_feedback is not None:
+                on_feedback(msg.feedback)
+
+        future = self._client.send_goal_async(
+            goal, feedback_callback=feedback, goal_uuid=UUID(uuid=list(goal_uuid.bytes)))
+        future.add_done_callback(lambda f: self._on_goal_response(run, f))
+        return run
+
+    def _on_goal_response(self, run: GoalRun, future) -> None:
+        handle = future.result()
+        run.accepted = bool(handle.accepted)
+        if not run.accepted:
+            run.finished_at = time.monotonic()
+            run._done.set()
+            return
+        run.handle = handle
+        handle.get_result_async().add_done_callback(lambda f: self._on_result(run, f))
+
+    def _on_result(self, run: GoalRun, future) -> None:
+        response = future.result()
+        run.status = response.status
+        run.result = response.result
+        run.finished_at = time.monotonic()
+        run._done.set()
+
+    def wait(self, run: GoalRun, timeout_s: float = 60.0) -> GoalRun:
+        """Wait for the goal to end (rejected or result); raise ClientTimeout otherwise."""
+        if not run._done.wait(timeout_s):
+            raise ClientTimeout(f'goal {run.goal_id} not finished after {timeout_s:g} s')
+        if not run.accepted:
+            # The reason arrives on ~/responses; give it a moment to land.
+            deadline = time.monotonic() + 2.0
+            while not run.reject_reason and time.monotonic() < deadline:
+                with self._lock:
+                    msg = self._rejections.get(run.goal_id)
+                if msg is not None:
+                    run.reject_reason = msg.reason
+                    break
+                time.sleep(0.02)
+        return run
+
+    def cancel(self, run: GoalRun, timeout_s: float = 10.0) -> None:
+        """Ask the server to cancel an accepted goal and wait for the answer."""
+        deadline = time.monotonic() + timeout_s
+        while not hasattr(run, 'handle'):
+            if time.monotonic() > deadline:
+                raise ClientTimeout('goal never accepted; cannot cancel')
+            time.sleep(0.01)
+        done = threading.Event()
+        run.handle.cancel_goal_async().add_done_callback(lambda f: done.set())
+        if not done.wait(max(0.0, deadline - time.monotonic())):
+            raise ClientTimeout('cancel request not answered')
+
+    def ask(self, goal: Instruct.Goal, timeout_s: float = 60.0, on_feedback=None) -> GoalRun:
+        """Send a goal and wait for its end."""
+        return self.wait(self.send(goal, on_feedback), timeout_s)
+
+    def close(self) -> None:
+        """Stop spinning and destroy the node."""
+        self._executor.shutdown(timeout_sec=2.0)
+        self.node.destroy_node()
+
+
+def ensure_init() -> None:
+    """Initialise rclpy once."""
+    if not rclpy.ok():
+        rclpy.init()

@@ -1,0 +1,94 @@
+"""Convert between ROS messages and the core dataclasses."""
+
+from __future__ import annotations
+
+import math
+
+from builtin_interfaces.msg import Duration
+
+from timebill_ros.action import Instruct
+from timebill_ros.core.execution import JobResult, TokenEvent
+from timebill_ros.core.planning import Plan
+from timebill_ros.core.request import GoalSpec
+from timebill_ros.core.telemetry import tpot_stats
+from timebill_ros.msg import DeadlineTelemetry, InferencePlan, Response
+
+
+def duration_to_s(duration: Duration) -> float:
+    """Return a Duration in seconds (sec may be negative)."""
+    return float(duration.sec) + float(duration.nanosec) * 1e-9
+
+
+def s_to_duration(seconds: float) -> Duration:
+    """Return seconds as a Duration (finite values only)."""
+    if not math.isfinite(seconds):
+        raise ValueError(f'cannot represent {seconds} s as a Duration')
+    sec = math.floor(seconds)
+    nanosec = int(round((seconds - sec) * 1e9))
+    if nanosec >= 1_000_000_000:
+        sec, nanosec = sec + 1, nanosec - 1_000_000_000
+    return Duration(sec=int(sec), nanosec=nanosec)
+
+
+def spec_from(msg, request_id: str = '') -> GoalSpec:
+    """Build a GoalSpec from an Instruct goal, an Instruction or a PlanInstruction request."""
+    return GoalSpec(
+        instruction=msg.instruction, context=msg.context, budget_s=duration_to_s(msg.budget),
+        overrun_policy=msg.overrun_policy, mode=msg.mode, max_new_tokens=msg.max_new_tokens,
+        pessimistic_factor=msg.pessimistic_factor,
+        request_id=request_id or getattr(msg, 'id', ''))
+
+
+def plan_to_msg(plan: Plan) -> InferencePlan:
+    """Fill an InferencePlan message."""
+    return InferencePlan(
+        mode=int(plan.mode), prompt_tokens=plan.prompt_tokens,
+        predicted_tokens=plan.predicted_tokens, predictor=plan.predictor,
+        worst_case_tokens=plan.worst_case_tokens,
+        pessimistic_factor=float(plan.pessimistic_factor),
+        eviction_ratio=float(plan.eviction_ratio), press=plan.press,
+        est_prefill_s=plan.est_prefill_s, est_decode_s=plan.est_decode_s,
+        est_wcet_s=plan.est_wcet_s, feasible=plan.feasible)
+
+
+def result_to_msg(result: JobResult) -> Instruct.Result:
+    """Fill an Instruct result."""
+    return Instruct.Result(
+        text=result.text, outcome=int(result.outcome), deadline_met=result.deadline_met,
+        reason=result.reason, tokens=result.tokens, queue_s=result.queue_s,
+        prefill_s=result.prefill_s, decode_s=result.decode_s, e2e_s=result.e2e_s,
+        plan=plan_to_msg(result.plan))
+
+
+def response_msg(request_id: str, result: JobResult, stamp) -> Response:
+    """Fill the topic form of a result."""
+    msg = Response(
+        id=request_id, text=result.text, outcome=int(result.outcome),
+        deadline_met=result.deadline_met, reason=result.reason, tokens=result.tokens,
+        queue_s=result.queue_s, prefill_s=result.prefill_s, decode_s=result.decode_s,
+        e2e_s=result.e2e_s, plan=plan_to_msg(result.plan))
+    msg.header.stamp = stamp
+    return msg
+
+
+def feedback_msg(event: TokenEvent, elapsed: float, remaining: float,
+                 plan: Plan) -> Instruct.Feedback:
+    """Fill the feedback for one streamed token."""
+    return Instruct.Feedback(text_delta=event.text_delta, token_index=event.index,
+                             elapsed_s=elapsed, remaining_s=remaining, plan=plan_to_msg(plan))
+
+
+def telemetry_msg(goal_id: str, request_id: str, policy: int, budget_s: float,
+                  result: JobResult, stamp) -> DeadlineTelemetry:
+    """Fill the per-goal deadline telemetry message."""
+    tpot = tpot_stats(result.step_times)
+    msg = DeadlineTelemetry(
+        goal_id=goal_id, request_id=request_id, overrun_policy=int(policy), budget_s=budget_s,
+        queue_s=result.queue_s, prefill_s=result.prefill_s, decode_s=result.decode_s,
+        e2e_s=result.e2e_s, slack_s=budget_s - result.e2e_s, outcome=int(result.outcome),
+        deadline_met=result.deadline_met, reason=result.reason,
+        prompt_tokens=result.plan.prompt_tokens, tokens=result.tokens,
+        tpot_mean_s=tpot['mean'], tpot_p50_s=tpot['p50'], tpot_p99_s=tpot['p99'],
+        tpot_max_s=tpot['max'], plan=plan_to_msg(result.plan))
+    msg.header.stamp = stamp
+    return msg

@@ -1,0 +1,366 @@
+"""The timebill node: an Instruct action server answering before each goal's deadline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import socket
+import sys
+import threading
+from typing import Callable
+
+import rclpy
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+from rcl_interfaces.msg import ParameterDescriptor
+from diagnostic_msgs.msg import DiagnosticArray
+
+from timebill_ros.action import Instruct
+from timebill_ros.core.config import NodeConfig, PARAMS
+from timebill_ros.core.deadline import DeadlineClock, SkipNextTracker
+from timebill_ros.core.execution import ended_before_start, JobResult, run_job
+from timebill_ros.core.planning import FullModelPlanner, Plan
+from timebill_ros.core.queueing import FifoQueue
+from timebill_ros.core.request import check_prompt_fits, Outcome, Rejection, Request, validate
+from timebill_ros.core.telemetry import GoalRecord, Telemetry
+from timebill_ros.msg import DeadlineTelemetry, Instruction, Response
+from timebill_ros.ros import convert
+from timebill_ros.ros.diagnostics import build_array, build_status
+from timebill_ros.runtime.engine import Engine
+from timebill_ros.runtime.model import load_model, ModelLoadError, prompt_ids
+from timebill_ros.srv import PlanInstruction
+
+class UuidActionServer(ActionServer):
+    """An ActionServer whose goal callback can learn the goal's UUID.
+
+    rclpy hands the goal callback the goal message alone; rejection reasons are
+    published on ~/responses under the goal UUID, so the client can read why.
+    This overrides a private rclpy method (pinned rclpy 9.1.x) and only records
+    the UUID before delegating.
+    """
+
+    def __init__(self, *args, **kwargs):
+        """Create the server with an empty goal-to-UUID table."""
+        self._uuids: dict = {}
+        super().__init__(*args, **kwargs)
+
+    async def _execute_goal_request(self, request_header_and_message):
+        goal_request = request_header_and_message[1]
+        self._uuids[id(goal_request.goal)] = bytes(goal_request.goal_id.uuid).hex()
+        try:
+            await super()._execute_goal_request(request_header_and_message)
+        finally:
+            self._uuids.pop(id(goal_request.goal), None)
+
+    def goal_uuid(self, goal) -> str:
+        """Return the hex UUID of a goal message under evaluation."""
+        return self._uuids.get(id(goal), f'goal-{id(goal):x}')
+
+
+# How long a finished-but-canceled goal waits for rclpy to mark it CANCELING.
+CANCEL_STATE_WAIT_S = 2.0
+WORKER_POLL_S = 0.2
+
+
+@dataclass(eq=False)
+class Job:
+    """One admitted goal (action goal or topic instruction) waiting for or holding the model."""
+
+    key: str
+    request: Request
+    prompt_ids: list
+    clock: DeadlineClock
+    plan: Plan
+    goal_handle: object = None
+    done: threading.Event = field(default_factory=threading.Event)
+    result: JobResult | None = None
+
+    def cancel_requested(self) -> bool:
+        """Tell whether the action client asked to cancel."""
+        return self.goal_handle is not None and self.goal_handle.is_cancel_requested
+
+
+class TimebillNode(Node):
+    """Serve ~/instruct, ~/plan and ~/instructions with one model, one goal at a time."""
+
+    def __init__(self, loader: Callable = load_model, **kwargs):
+        """Declare parameters, load the model (ModelLoadError on failure) and start serving."""
+        super().__init__('timebill', **kwargs)
+        self.config = self._read_parameters()
+        self.get_logger().info(
+            f'loading model {self.config.model!r} on {self.config.device} ({self.config.dtype})')
+        self.loaded = loader(self.config.model, self.config.device, self.config.dtype)
+        self.engine = Engine(self.loaded)
+        if self.config.warm_up:
+            self.engine.warm_up()
+        self.limits = self.config.limits()
+        self.planner = FullModelPlanner()
+        self.telemetry = Telemetry(window=self.config.miss_window)
+        self.hardware_id = self.config.hardware_id or f'{socket.gethostname()}/{self.loaded.device}'
+
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
+        self._queue: FifoQueue = FifoQueue(self.config.queue_length)
+        self._pending: dict = {}
+        self._jobs: dict = {}
+        self._skip = SkipNextTracker()
+        self._running: Job | None = None
+        self._stopping = False
+
+        group = ReentrantCallbackGroup()
+        self._action = UuidActionServer(
+            self, Instruct, '~/instruct', execute_callback=self._execute,
+            goal_callback=self._on_goal, handle_accepted_callback=self._on_accepted,
+            cancel_callback=self._on_cancel, callback_group=group)
+        self.create_service(PlanInstruction, '~/plan', self._on_plan, callback_group=group)
+        self.create_subscription(Instruction, '~/instructions', self._on_instruction, 10,
+                                 callback_group=group)
+        self._responses = self.create_publisher(Response, '~/responses', 10)
+        self._telemetry_pub = self.create_publisher(DeadlineTelemetry, '~/telemetry', 10)
+        self._diagnostics = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self.create_timer(self.config.diagnostics_period_s, self._publish_diagnostics,
+                          callback_group=group)
+        self._worker = threading.Thread(target=self._work_loop, name='timebill-worker',
+                                        daemon=True)
+        self._worker.start()
+        self.get_logger().info(
+            f'ready: model {self.loaded.name}, context {self.loaded.context_window} tokens, '
+            f'action {self._action_name()}')
+
+    # -- parameters -------------------------------------------------------------------
+
+    def _read_parameters(self) -> NodeConfig:
+        values = {}
+        for param in PARAMS:
+            descriptor = ParameterDescriptor(description=param.description)
+            values[param.name] = self.declare_parameter(
+                param.name, param.default, descriptor).value
+        return NodeConfig.from_dict(values)
+
+    def _action_name(self) -> str:
+        return self.resolve_topic_name('~/instruct')
+
+    # -- admission --------------------------------------------------------------------
+
+    def _admit(self, spec, key: str) -> Job:
+        """Validate, tokenize and plan a goal; raise Rejection with the reason."""
+        accepted_at = DeadlineClock.start(0.0).accepted_at
+        request = validate(spec, self.limits)
+        clock = DeadlineClock(accepted_at, request.budget_s)
+        ids = prompt_ids(self.loaded.tokenizer, request.instruction, request.context,
+                         lock=self.loaded.tokenizer_lock)
+        check_prompt_fits(len(ids), self.loaded.context_window)
+        plan = self.planner.plan(request, len(ids), clock.remaining())
+        return Job(key=key, request=request, prompt_ids=ids, clock=clock, plan=plan)
+
+    def _check_room(self) -> None:
+        """Raise Rejection when no goal can wait (lock held)."""
+        waiting = len(self._queue) + len(self._pending)
+        if waiting >= self._queue.capacity:
+            raise Rejection(
+                f'queue full ({waiting} goals waiting, queue_length {self._queue.capacity})')
+
+    def _reject(self, key: str, reason: str) -> None:
+        with self._lock:
+            self.telemetry.rejected()
+        self.get_logger().warning(f'rejected {key}: {reason}')
+        rejected = JobResult(outcome=Outcome.REJECTED, deadline_met=False, reason=reason)
+        self._responses.publish(convert.response_msg(key, rejected, self._stamp()))
+
+    def _on_goal(self, goal) -> GoalResponse:
+        key = self._action.goal_uuid(goal)
+        try:
+            job = self._admit(convert.spec_from(goal), key)
+            with self._lock:
+                self._check_room()
+                self._pending[key] = job
+        except Rejection as exc:
+            self._reject(key, exc.reason)
+            return GoalResponse.REJECT
+        return GoalResponse.ACCEPT
+
+    def _on_accepted(self, goal_handle) -> None:
+        key = bytes(goal_handle.goal_id.uuid).hex()
+        with self._lock:
+            job = self._pending.pop(key)
+            job.goal_handle = goal_handle
+            self._jobs[key] = job
+            self._enqueue(job)
+
+    def _on_instruction(self, msg: Instruction) -> None:
+        key = msg.id or f'instruction-{msg.header.stamp.sec}.{msg.header.stamp.nanosec:09d}'
+        try:
+            job = self._admit(convert.spec_from(msg, key), key)
+            with self._lock:
+                self._check_room()
+                self._enqueue(job)
+        except Rejection as exc:
+            self._reject(key, exc.reason)
+
+    def _enqueue(self, job: Job) -> None:
+        """Queue an admitted job (lock held)."""
+        self._queue.push(job)
+        self.telemetry.accepted()
+        self._work.notify()
+
+    def _on_plan(self, request, response):
+        try:
+            job = self._admit(convert.spec_from(request), 'plan-request')
+            with self._lock:
+                self._check_room()
+        except Rejection as exc:
+            response.accepted, response.reason = False, exc.reason
+            return response
+        response.accepted = True
+        response.reason = 'would be accepted'
+        response.plan = convert.plan_to_msg(job.plan)
+        return response
+
+    def _on_cancel(self, goal_handle) -> CancelResponse:
+        key = bytes(goal_handle.goal_id.uuid).hex()
+        with self._lock:
+            job = self._jobs.get(key)
+            queued = job is not None and self._queue.remove(job)
+        if queued:
+            # Not started: end it now rather than when the model frees up.
+            self._finish(job, ended_before_start(job.clock, Outcome.CANCELED,
+                                                 'canceled while queued', job.plan))
+            goal_handle.execute()
+        return CancelResponse.ACCEPT
+
+    # -- execution --------------------------------------------------------------------
+
+    def _work_loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._stopping and len(self._queue) == 0:
+                    self._work.wait(WORKER_POLL_S)
+                if self._stopping:
+                    return
+                job = self._queue.pop()
+                skip_reason = self._skip.take()
+                self._running = job
+            try:
+                result = self._run(job, skip_reason)
+            except Exception as exc:  # noqa: BLE001 - the worker must survive any goal
+                self.get_logger().error(f'goal {job.key} failed: {exc!r}')
+                result = ended_before_start(job.clock, Outcome.FAILED,
+                                            f'internal error: {exc!r}', job.plan)
+            with self._lock:
+                self._running = None
+                self._skip.record(job.request.policy, result.outcome, result.deadline_met,
+                                  job.key, len(self._queue))
+            self._finish(job, result)
+
+    def _run(self, job: Job, skip_reason: str) -> JobResult:
+        if job.goal_handle is not None:
+            job.goal_handle.execute()
+        if skip_reason:
+            return ended_before_start(job.clock, Outcome.SKIPPED, skip_reason, job.plan)
+        plan = self.planner.plan(job.request, len(job.prompt_ids), job.clock.remaining())
+        feedback = self._feedback_sender(job, plan)
+        return run_job(self.engine, job.prompt_ids, job.request, plan, job.clock,
+                       job.cancel_requested, feedback)
+
+    def _feedback_sender(self, job: Job, plan: Plan):
+        if job.goal_handle is None:
+            return lambda event, elapsed, remaining: None
+
+        def send(event, elapsed, remaining):
+            job.goal_handle.publish_feedback(
+                convert.feedback_msg(event, elapsed, remaining, plan))
+        return send
+
+    def _finish(self, job: Job, result: JobResult) -> None:
+        """Record, publish and hand a finished job's result to its action goal."""
+        with self._lock:
+            self.telemetry.finished(GoalRecord(result.outcome, result.deadline_met,
+                                               result.e2e_s, result.step_times))
+        stamp = self._stamp()
+        self._telemetry_pub.publish(convert.telemetry_msg(
+            job.key, job.request.request_id or job.key, job.request.policy,
+            job.request.budget_s, result, stamp))
+        self._responses.publish(convert.response_msg(
+            job.request.request_id or job.key, result, stamp))
+        self.get_logger().info(
+            f'{job.key[:8]} {result.outcome.name} deadline_met={result.deadline_met} '
+            f'tokens={result.tokens} e2e={result.e2e_s:.3f}s budget={job.request.budget_s:g}s')
+        job.result = result
+        job.done.set()
+
+    def _execute(self, goal_handle):
+        key = bytes(goal_handle.goal_id.uuid).hex()
+        job = self._jobs[key]
+        while not job.done.wait(WORKER_POLL_S):
+            if not rclpy.ok():
+                goal_handle.abort()
+                return Instruct.Result(outcome=int(Outcome.FAILED), reason='node shutting down')
+        with self._lock:
+            self._jobs.pop(key, None)
+        result = job.result
+        if result.outcome == Outcome.CANCELED:
+            waited = 0.0
+            while not goal_handle.is_cancel_requested and waited < CANCEL_STATE_WAIT_S:
+                job.done.wait(0.01)
+                waited += 0.01
+            if goal_handle.is_cancel_requested:
+                goal_handle.canceled()
+            else:
+                goal_handle.abort()
+        elif result.outcome == Outcome.COMPLETED and result.deadline_met:
+            goal_handle.succeed()
+        else:
+            # A late, killed, skipped or failed answer is not a success.
+            goal_handle.abort()
+        return convert.result_to_msg(result)
+
+    # -- diagnostics --------------------------------------------------------------------
+
+    def _stamp(self):
+        return self.get_clock().now().to_msg()
+
+    def _publish_diagnostics(self) -> None:
+        with self._lock:
+            summary = self.telemetry.summary()
+            queued = len(self._queue)
+            running = self._running is not None
+        extra = {'queue_length': queued, 'executing': running, 'model': self.loaded.name,
+                 'device': self.loaded.device, 'dtype': self.loaded.dtype}
+        status = build_status(f'{self.get_name()}: deadlines', self.hardware_id, summary,
+                              extra, self.config.thresholds())
+        self._diagnostics.publish(build_array(status, self._stamp()))
+
+    def stop(self) -> None:
+        """Stop the worker thread."""
+        with self._lock:
+            self._stopping = True
+            self._work.notify_all()
+        self._worker.join(timeout=5.0)
+
+
+def main(args=None) -> int:
+    """Run the node until interrupted; exit non-zero if the model cannot be loaded."""
+    rclpy.init(args=args)
+    try:
+        node = TimebillNode()
+    except (ModelLoadError, ValueError) as exc:
+        print(f'timebill: cannot start: {exc}', file=sys.stderr)
+        rclpy.try_shutdown()
+        return 1
+    executor = MultiThreadedExecutor(num_threads=4)
+    executor.add_node(node)
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.stop()
+        executor.shutdown(timeout_sec=2.0)
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

