@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 import math
 
 from timebill_ros.core.request import Limits, Mode, OverrunPolicy

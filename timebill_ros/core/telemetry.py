@@ -21,7 +21,7 @@ class Level(enum.IntEnum):
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """Return the q-th percentile (0..100, linear interpolation); NaN when empty."""
+    """Return the q-th percentile of values (q in 0..100, linear interpolation), NaN if empty."""
     if not values:
         return math.nan
     if not 0.0 <= q <= 100.0:

@@ -31,6 +31,7 @@ from timebill_ros.runtime.engine import Engine
 from timebill_ros.runtime.model import load_model, ModelLoadError, prompt_ids
 from timebill_ros.srv import PlanInstruction
 
+
 class UuidActionServer(ActionServer):
     """An ActionServer whose goal callback can learn the goal's UUID.
 
@@ -97,7 +98,8 @@ class TimebillNode(Node):
         self.limits = self.config.limits()
         self.planner = FullModelPlanner()
         self.telemetry = Telemetry(window=self.config.miss_window)
-        self.hardware_id = self.config.hardware_id or f'{socket.gethostname()}/{self.loaded.device}'
+        self.hardware_id = (self.config.hardware_id
+                            or f'{socket.gethostname()}/{self.loaded.device}')
 
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)

@@ -1,0 +1,96 @@
+"""run_job applies the deadline rules per token around any engine."""
+
+from timebill_ros.core.deadline import DeadlineClock
+from timebill_ros.core.execution import GenerationStats, run_job, TokenEvent
+from timebill_ros.core.planning import Plan
+from timebill_ros.core.request import Mode, Outcome, OverrunPolicy, Request
+
+
+class ScriptedClock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+class StepEngine:
+    """Emit one word per step, advancing a scripted clock by ``step`` seconds."""
+
+    def __init__(self, clock, step, words=10, fail_at=None):
+        self.clock, self.step, self.words, self.fail_at = clock, step, words, fail_at
+
+    def generate(self, prompt_ids, max_new_tokens, plan, on_token):
+        stats = GenerationStats(prefill_s=self.step)
+        self.clock.t += self.step
+        for i in range(min(self.words, max_new_tokens)):
+            if i == self.fail_at:
+                raise RuntimeError('boom')
+            stats.tokens += 1
+            if not on_token(TokenEvent(i, i, f'w{i} ', self.clock.t)):
+                stats.stop = 'stopped'
+                return stats
+            self.clock.t += self.step
+            stats.step_times.append(self.step)
+        stats.stop = 'eos'
+        return stats
+
+
+def request(policy=OverrunPolicy.KILL, budget=1.0, max_new=100):
+    return Request('q', '', budget, policy, Mode.NONE, max_new, 1.0)
+
+
+def run(engine, req, clock, cancel=lambda: False):
+    seen = []
+    result = run_job(engine, [1, 2], req, Plan(), DeadlineClock(0.0, req.budget_s, clock),
+                     cancel, lambda ev, el, rem: seen.append((ev.text_delta, el, rem)))
+    return result, seen
+
+
+def test_completes_in_time_and_text_is_the_deltas():
+    clock = ScriptedClock()
+    result, seen = run(StepEngine(clock, 0.01, words=5), request(), clock)
+    assert result.outcome == Outcome.COMPLETED and result.deadline_met
+    assert result.text == ''.join(d for d, _, _ in seen) == 'w0 w1 w2 w3 w4 '
+    assert seen[0][2] == 1.0 - 0.01
+
+
+def test_kill_stops_at_first_boundary_after_deadline():
+    clock = ScriptedClock()
+    result, seen = run(StepEngine(clock, 0.3, words=50), request(budget=1.0), clock)
+    assert result.outcome == Outcome.KILLED and not result.deadline_met
+    # tokens at t=0.3, 0.6, 0.9, 1.2: the one at 1.2 is the first at/after 1.0
+    assert result.tokens == 4 and result.e2e_s == 1.2
+
+
+def test_skip_next_runs_to_the_end_and_admits_lateness():
+    clock = ScriptedClock()
+    result, _ = run(StepEngine(clock, 0.3, words=6), request(OverrunPolicy.SKIP_NEXT), clock)
+    assert result.outcome == Outcome.COMPLETED and not result.deadline_met
+    assert result.tokens == 6 and 'after the deadline' in result.reason
+
+
+def test_cancel_within_one_token():
+    clock = ScriptedClock()
+    calls = {'n': 0}
+
+    def cancel():
+        calls['n'] += 1
+        return calls['n'] > 3  # first check is before the start
+    result, _ = run(StepEngine(clock, 0.01, words=50), request(), clock, cancel)
+    assert result.outcome == Outcome.CANCELED and result.tokens == 3
+
+
+def test_expired_in_queue_is_killed_without_running():
+    clock = ScriptedClock()
+    clock.t = 5.0
+    engine = StepEngine(clock, 0.01)
+    result, seen = run(engine, request(budget=1.0), clock)
+    assert result.outcome == Outcome.KILLED and seen == [] and result.queue_s == 5.0
+
+
+def test_engine_failure_is_failed_not_raised():
+    clock = ScriptedClock()
+    result, _ = run(StepEngine(clock, 0.01, fail_at=2), request(), clock)
+    assert result.outcome == Outcome.FAILED and 'boom' in result.reason
+    assert result.text == 'w0 w1 '

@@ -1,0 +1,58 @@
+"""Goal validation: every bad-goal class gets a reason; defaults are filled."""
+
+import math
+
+import pytest
+
+from timebill_ros.core.request import (
+    check_prompt_fits, GoalSpec, Limits, Mode, OverrunPolicy, POLICY_NODE_DEFAULT, Rejection,
+    validate)
+
+LIMITS = Limits(max_budget_s=60.0, default_max_new_tokens=32, max_new_tokens_limit=256,
+                default_pessimistic_factor=2.0, default_policy=OverrunPolicy.SKIP_NEXT)
+
+
+def spec(**kw):
+    base = dict(instruction='Say hi', budget_s=1.0)
+    base.update(kw)
+    return GoalSpec(**base)
+
+
+def test_valid_goal_gets_defaults():
+    req = validate(spec(), LIMITS)
+    assert req.max_new_tokens == 32
+    assert req.pessimistic_factor == 2.0
+    assert req.policy == OverrunPolicy.KILL
+    assert req.mode == Mode.AUTO
+
+
+def test_node_default_policy():
+    assert validate(spec(overrun_policy=POLICY_NODE_DEFAULT), LIMITS).policy == \
+        OverrunPolicy.SKIP_NEXT
+
+
+@pytest.mark.parametrize('kw, fragment', [
+    (dict(instruction=''), 'empty instruction'),
+    (dict(instruction=' \n\t '), 'empty instruction'),
+    (dict(budget_s=math.nan), 'not finite'),
+    (dict(budget_s=math.inf), 'not finite'),
+    (dict(budget_s=0.0), 'must be > 0'),
+    (dict(budget_s=-3.0), 'must be > 0'),
+    (dict(budget_s=1e9), 'over the node maximum'),
+    (dict(overrun_policy=7), 'unknown overrun_policy'),
+    (dict(mode=9), 'unknown mode'),
+    (dict(mode=int(Mode.EVICTION)), 'not available'),
+    (dict(max_new_tokens=100000), 'max_new_tokens'),
+    (dict(pessimistic_factor=math.nan), 'pessimistic_factor'),
+    (dict(pessimistic_factor=0.5), 'pessimistic_factor'),
+])
+def test_bad_goals_are_rejected_with_reason(kw, fragment):
+    with pytest.raises(Rejection) as err:
+        validate(spec(**kw), LIMITS)
+    assert fragment in err.value.reason
+
+
+def test_prompt_over_context_window():
+    check_prompt_fits(10, 11)
+    with pytest.raises(Rejection, match='context window'):
+        check_prompt_fits(11, 11)
