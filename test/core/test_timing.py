@@ -1,0 +1,74 @@
+"""ETE fits, MAPE, WCET sum and online refinement."""
+
+import numpy as np
+import pytest
+
+from timebill_ros.core.timing import (
+    ape, fit_decode, fit_prefill, mape, OnlineTimingModel, TimingModel, worst_case_tokens)
+
+TRUE = TimingModel(a=2e-7, b=4e-4, c=0.02, p=1e-5, q=0.035)
+
+
+def test_fit_recovers_known_coefficients_from_noisy_timings():
+    rng = np.random.default_rng(0)
+    n_x = np.repeat(np.linspace(64, 4096, 12), 5)
+    t = np.array([TRUE.prefill(n) for n in n_x]) * rng.normal(1.0, 0.01, n_x.size)
+    a, b, c = fit_prefill(n_x, t)
+    assert a == pytest.approx(TRUE.a, rel=0.1)
+    assert b == pytest.approx(TRUE.b, rel=0.1)
+    n_kv = np.repeat(np.linspace(32, 4096, 12), 5)
+    t = np.array([TRUE.step(n) for n in n_kv]) * rng.normal(1.0, 0.01, n_kv.size)
+    p, q = fit_decode(n_kv, t)
+    assert p == pytest.approx(TRUE.p, rel=0.05)
+    assert q == pytest.approx(TRUE.q, rel=0.02)
+    fitted = TimingModel(a, b, c, p, q)
+    held_out = [100, 1000, 3000]
+    assert mape([fitted.prefill(n) for n in held_out], [TRUE.prefill(n) for n in held_out]) < 5
+
+
+def test_fit_needs_enough_distinct_points():
+    with pytest.raises(ValueError):
+        fit_prefill([10, 10, 20], [1, 1, 2])
+    with pytest.raises(ValueError):
+        fit_decode([5, 5], [1, 1])
+
+
+def test_mape_known_values():
+    assert mape([110, 90], [100, 100]) == pytest.approx(10.0)
+    assert ape([1.5], [1.0]) == [pytest.approx(50.0)]
+    with pytest.raises(ValueError):
+        mape([1], [0])
+
+
+def test_decode_closed_form_equals_the_sum():
+    for kv0, tokens in [(0, 1), (100, 2), (1234.5, 57)]:
+        direct = sum(TRUE.step(kv0 + i - 1) for i in range(1, tokens))
+        assert TRUE.decode(kv0, tokens) == pytest.approx(direct)
+
+
+def test_wcet_uses_evicted_cache():
+    assert TRUE.wcet(2000, 0.5, 50) == pytest.approx(
+        TRUE.prefill(2000) + TRUE.decode(1000, 50))
+    assert TRUE.wcet(2000, 0.5, 50, t_predict=0.3) == pytest.approx(
+        TRUE.wcet(2000, 0.5, 50) + 0.3)
+
+
+def test_worst_case_tokens():
+    assert worst_case_tokens(100, 1.5, 1000) == 150
+    assert worst_case_tokens(100, 5.0, 256) == 256
+    assert worst_case_tokens(0, 2.0, 256) == 2
+    with pytest.raises(ValueError):
+        worst_case_tokens(10, 0.5, 100)
+
+
+def test_online_model_follows_a_slowdown():
+    online = OnlineTimingModel(TRUE, capacity=64, forgetting=0.9)
+    online.seed([(n, TRUE.prefill(n)) for n in (128, 512, 1024, 2048)],
+                [(n, TRUE.step(n)) for n in (128, 512, 1024, 2048)])
+    slow = TimingModel(TRUE.a * 1.5, TRUE.b * 1.5, TRUE.c * 1.5, TRUE.p * 1.5, TRUE.q * 1.5)
+    for n in (300, 900, 1500, 2500, 3500, 600, 1200, 2000) * 3:
+        steps = [slow.step(n + i) for i in range(32)]
+        model = online.observe(n, slow.prefill(n), n, steps)
+    assert model.step(1000) == pytest.approx(slow.step(1000), rel=0.05)
+    assert model.prefill(1000) == pytest.approx(slow.prefill(1000), rel=0.05)
+    assert len(online.decode_samples) <= 64

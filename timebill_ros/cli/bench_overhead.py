@@ -1,0 +1,162 @@
+"""Benchmark: tokens/s and TPOT through the node vs a bare transformers loop; start times.
+
+Run with ``make bench`` (or ``python -m timebill_ros.cli.bench_overhead``). The bare
+loop and the node run the same prompts, greedy, one after the other on this
+machine, so both see the same CPU. Decode throughput through the node is taken
+from the node's own result (e2e minus queue and prefill, i.e. including the
+per-token deadline checks and feedback publishing) and from the client's
+feedback arrival times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from timebill_ros.cli.demo import ROOT
+
+PROMPTS = [
+    'Explain how a car engine works.',
+    'Write a short poem about the sea.',
+    'Describe the water cycle in detail.',
+    'What are the benefits of regular exercise?',
+    'Give advice for a first job interview.',
+]
+
+
+def bare_loop(loaded, ids, max_new: int) -> tuple:
+    """Greedy decode with plain transformers calls; return (tokens, prefill_s, decode_s)."""
+    import torch
+    from transformers import DynamicCache
+    model = loaded.model
+    with torch.inference_mode():
+        cache = DynamicCache()
+        t0 = time.monotonic()
+        out = model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
+        nxt = int(out.logits[0, -1].argmax())
+        t1 = time.monotonic()
+        tokens = 0
+        for i in range(max_new):
+            if nxt in loaded.eos_ids:
+                break
+            tokens += 1
+            if tokens == max_new:
+                break
+            out = model(input_ids=torch.tensor([[nxt]]), past_key_values=cache,
+                        position_ids=torch.tensor([[len(ids) + i]]), use_cache=True)
+            nxt = int(out.logits[0, -1].argmax())
+        t2 = time.monotonic()
+    return tokens, t1 - t0, t2 - t1
+
+
+def node_start_time(cache_dir: str | None) -> float:
+    """Start the node (optionally on an empty model cache) and time until it is ready."""
+    env = dict(os.environ)
+    if cache_dir:
+        env['TIMEBILL_CACHE'] = cache_dir
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, '-m', 'timebill_ros.ros.node'], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in proc.stdout:
+            if ']: ready:' in line:
+                return time.monotonic() - t0
+        raise SystemExit('bench: node exited before it was ready')
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def main(argv=None) -> int:
+    """Print the benchmark table and write JSON next to it."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument('--max-new-tokens', type=int, default=64)
+    parser.add_argument('--repeats', type=int, default=2)
+    parser.add_argument('--out', default=os.path.join(ROOT, 'results', 'bench_overhead.json'))
+    args = parser.parse_args(argv)
+
+    from timebill_ros.runtime.model import load_model, prompt_ids
+    loaded = load_model('embedded')
+    prompts = [prompt_ids(loaded.tokenizer, p) for p in PROMPTS]
+    bare_loop(loaded, prompts[0], 8)  # warm up like the node does
+    bare = {'tokens': 0, 'decode_s': 0.0, 'steps': 0}
+    for _ in range(args.repeats):
+        for ids in prompts:
+            tokens, _, decode = bare_loop(loaded, ids, args.max_new_tokens)
+            bare['tokens'] += tokens
+            bare['steps'] += tokens - 1
+            bare['decode_s'] += decode
+    del loaded
+
+    from timebill_ros.cli.demo import start_node
+    import rclpy
+    from timebill_ros.ros.client import InstructClient, make_goal
+    node = start_node(os.path.join(ROOT, 'config', 'timebill.yaml'),
+                      ['-p', f'max_new_tokens_limit:={max(1024, args.max_new_tokens)}'])
+    rclpy.init()
+    client = InstructClient(node_name='timebill_bench')
+    via = {'tokens': 0, 'decode_s': 0.0, 'steps': 0, 'client_s': 0.0, 'client_steps': 0}
+    try:
+        client.wait_for_server(30)
+        for _ in range(args.repeats):
+            for text in PROMPTS:
+                arrivals = []
+                run = client.ask(make_goal(text, 300.0, max_new_tokens=args.max_new_tokens),
+                                 600, lambda f: arrivals.append(time.monotonic()))
+                res = run.result
+                via['tokens'] += res.tokens
+                via['steps'] += res.tokens - 1
+                via['decode_s'] += res.e2e_s - res.queue_s - res.prefill_s
+                via['client_s'] += arrivals[-1] - arrivals[0]
+                via['client_steps'] += len(arrivals) - 1
+    finally:
+        client.close()
+        rclpy.try_shutdown()
+        node.terminate()
+        node.wait(10)
+
+    with tempfile.TemporaryDirectory() as empty_cache:
+        cold = node_start_time(empty_cache)
+    warm = statistics.median(node_start_time(None) for _ in range(2))
+
+    bare_tpot = bare['decode_s'] / bare['steps']
+    node_tpot = via['decode_s'] / via['steps']
+    client_tpot = via['client_s'] / via['client_steps']
+    report = {
+        'machine': f'{platform.node()} {platform.machine()} {os.cpu_count()} cpus',
+        'date': time.strftime('%Y-%m-%d'),
+        'model': 'SmolLM2-135M-Instruct (embedded, float32, cpu)',
+        'prompts': len(PROMPTS) * args.repeats, 'max_new_tokens': args.max_new_tokens,
+        'bare_tokens': bare['tokens'], 'node_tokens': via['tokens'],
+        'bare_tpot_ms': 1000 * bare_tpot, 'node_tpot_ms': 1000 * node_tpot,
+        'client_tpot_ms': 1000 * client_tpot,
+        'bare_tokens_per_s': 1 / bare_tpot, 'node_tokens_per_s': 1 / node_tpot,
+        'overhead_ratio': node_tpot / bare_tpot,
+        'client_overhead_ratio': client_tpot / bare_tpot,
+        'cold_start_s': cold, 'warm_start_s': warm,
+    }
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, 'w', encoding='utf-8') as handle:
+        json.dump(report, handle, indent=2)
+    print(f"| measure | bare loop | through node |\n|---|---|---|\n"
+          f"| decode TPOT (ms) | {report['bare_tpot_ms']:.2f} | {report['node_tpot_ms']:.2f} "
+          f"(client-side {report['client_tpot_ms']:.2f}) |\n"
+          f"| tokens/s | {report['bare_tokens_per_s']:.1f} | "
+          f"{report['node_tokens_per_s']:.1f} |\n"
+          f"| overhead ratio | 1.00 | {report['overhead_ratio']:.3f} "
+          f"(client-side {report['client_overhead_ratio']:.3f}) |\n\n"
+          f"cold start (empty model cache, dequantise GGUF): {cold:.1f} s; "
+          f"warm start: {warm:.1f} s\n{report['machine']}, {report['date']}, "
+          f"tokens bare/node {bare['tokens']}/{via['tokens']}")
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""Execution-time estimator (TimeBill ETE): fitted prefill and decode-step models, WCET.
+
+Prefill time is quadratic in the prompt length N_x (attention's QK^T), a decode
+step is linear in the KV-cache length N_kv:
+
+    t_prefill(N_x) = a N_x^2 + b N_x + c        t_step(N_kv) = p N_kv + q
+
+With eviction ratio alpha the i-th decode step (i = 1 .. N_W - 1; the first
+token comes out of prefill) sees N_kv^i = (1 - alpha) N_x + i - 1, so
+
+    WCET(alpha) = t_prefill(N_x) + t_predict
+                  + p (N_W - 1)(1 - alpha) N_x + p (N_W - 1)(N_W - 2) / 2 + q (N_W - 1)
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import asdict, dataclass, field
+import math
+from typing import Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TimingModel:
+    """Fitted coefficients (seconds) of the prefill and decode-step models."""
+
+    a: float
+    b: float
+    c: float
+    p: float
+    q: float
+
+    def prefill(self, n_x: float) -> float:
+        """Estimate prefill time for a prompt of n_x tokens."""
+        return self.a * n_x * n_x + self.b * n_x + self.c
+
+    def step(self, n_kv: float) -> float:
+        """Estimate one decode step with n_kv tokens in the cache."""
+        return self.p * n_kv + self.q
+
+    def decode(self, kv_after_prefill: float, tokens: int) -> float:
+        """Estimate the decode steps that produce ``tokens`` answer tokens in closed form."""
+        steps = max(0, int(tokens) - 1)
+        return self.p * steps * kv_after_prefill + self.p * steps * (steps - 1) / 2 \
+            + self.q * steps
+
+    def wcet(self, n_x: int, alpha: float, worst_tokens: int, t_predict: float = 0.0) -> float:
+        """Worst-case end-to-end time with eviction ratio alpha and N_W answer tokens."""
+        return self.prefill(n_x) + t_predict + self.decode((1.0 - alpha) * n_x, worst_tokens)
+
+
+def worst_case_tokens(predicted: int, factor: float, n_max: int) -> int:
+    """Return N_W = min(N_max, ceil(k * N_hat)), at least one token."""
+    if factor < 1.0 or not math.isfinite(factor):
+        raise ValueError(f'pessimistic factor must be finite and >= 1 (got {factor})')
+    return max(1, min(int(n_max), int(math.ceil(factor * max(1, int(predicted))))))
+
+
+def fit_prefill(n_x: Sequence[float], seconds: Sequence[float],
+                weights: Sequence[float] | None = None) -> tuple:
+    """Least-squares fit of t = a N_x^2 + b N_x + c; return (a, b, c)."""
+    x = np.asarray(n_x, dtype=float)
+    if len(np.unique(x)) < 3:
+        raise ValueError('need prefill timings at 3 or more distinct prompt lengths')
+    a, b, c = np.polyfit(x, np.asarray(seconds, dtype=float), 2, w=_sqrt_w(weights))
+    return float(a), float(b), float(c)
+
+
+def fit_decode(n_kv: Sequence[float], seconds: Sequence[float],
+               weights: Sequence[float] | None = None) -> tuple:
+    """Least-squares fit of t = p N_kv + q; return (p, q)."""
+    x = np.asarray(n_kv, dtype=float)
+    if len(np.unique(x)) < 2:
+        raise ValueError('need decode timings at 2 or more distinct KV lengths')
+    p, q = np.polyfit(x, np.asarray(seconds, dtype=float), 1, w=_sqrt_w(weights))
+    return float(p), float(q)
+
+
+def _sqrt_w(weights):
+    # np.polyfit weights multiply residuals, so sqrt gives weighted least squares.
+    return None if weights is None else np.sqrt(np.asarray(weights, dtype=float))
+
+
+def mape(predicted: Sequence[float], actual: Sequence[float]) -> float:
+    """Mean absolute percentage error, in percent."""
+    pred, act = np.asarray(predicted, dtype=float), np.asarray(actual, dtype=float)
+    if pred.shape != act.shape or act.size == 0:
+        raise ValueError('need equally long, non-empty sequences')
+    if np.any(act <= 0):
+        raise ValueError('actual times must be > 0')
+    return float(np.mean(np.abs(pred - act) / act) * 100.0)
+
+
+def ape(predicted: Sequence[float], actual: Sequence[float]) -> list:
+    """Absolute percentage errors, in percent, one per point."""
+    return [abs(p - a) / a * 100.0 for p, a in zip(predicted, actual)]
+
+
+@dataclass
+class OnlineTimingModel:
+    """Refit the ETE after every served goal from a bounded, forgetting window of samples.
+
+    Calibration samples seed the window; each served goal adds its prefill time
+    and a few of its decode steps. Older samples weigh ``forgetting``**age, so a
+    drift (thermal throttling, a competing process) shows up within a few goals.
+    """
+
+    model: TimingModel
+    capacity: int = 256
+    forgetting: float = 0.98
+    steps_per_goal: int = 8
+    prefill_samples: deque = field(default=None)
+    decode_samples: deque = field(default=None)
+
+    def __post_init__(self):
+        """Size the sample windows."""
+        if self.capacity < 8 or not 0.0 < self.forgetting <= 1.0:
+            raise ValueError('need capacity >= 8 and 0 < forgetting <= 1')
+        self.prefill_samples = deque(self.prefill_samples or (), maxlen=self.capacity)
+        self.decode_samples = deque(self.decode_samples or (), maxlen=self.capacity)
+
+    def seed(self, prefill: Sequence[tuple], decode: Sequence[tuple]) -> None:
+        """Add calibration samples (n, seconds) without refitting."""
+        self.prefill_samples.extend(prefill)
+        self.decode_samples.extend(decode)
+
+    def observe(self, n_x: int, prefill_s: float, kv_after_prefill: int,
+                step_times: Sequence[float]) -> TimingModel:
+        """Fold one served goal's timings in and refit; return the new model."""
+        if prefill_s > 0:
+            self.prefill_samples.append((n_x, prefill_s))
+        if step_times:
+            stride = max(1, len(step_times) // self.steps_per_goal)
+            for i in range(0, len(step_times), stride):
+                # Step i (0-based) appends answer token i + 1 with kv_after_prefill + i cached.
+                self.decode_samples.append((kv_after_prefill + i, step_times[i]))
+        self.model = self._refit()
+        return self.model
+
+    def _refit(self) -> TimingModel:
+        a, b, c = self.model.a, self.model.b, self.model.c
+        p, q = self.model.p, self.model.q
+        try:
+            a, b, c = fit_prefill(*_xy(self.prefill_samples),
+                                  weights=_ages(len(self.prefill_samples), self.forgetting))
+        except ValueError:
+            pass  # too few distinct lengths yet: keep the previous prefill fit
+        try:
+            p, q = fit_decode(*_xy(self.decode_samples),
+                              weights=_ages(len(self.decode_samples), self.forgetting))
+        except ValueError:
+            pass
+        return TimingModel(a, b, c, p, q)
+
+
+def _xy(samples):
+    xs, ys = zip(*samples) if samples else ((), ())
+    return list(xs), list(ys)
+
+
+def _ages(n: int, forgetting: float) -> list:
+    return [forgetting ** (n - 1 - i) for i in range(n)]
+
+
+def as_dict(model: TimingModel) -> dict:
+    """Return the coefficients as a plain dict (for YAML)."""
+    return asdict(model)
