@@ -44,6 +44,21 @@ PARAMS = (
           0.0, 1.0),
     Param('hardware_id', '', 'hardware_id in /diagnostics (empty: host name and device).'),
     Param('warm_up', True, 'Run a short generation at start so the first goal is not slow.'),
+    Param('profile', '', 'Execution-time profile YAML (empty: the cache path for this model, '
+          'device and dtype).'),
+    Param('calibrate_on_start', True, 'Profile the model at start when no matching profile '
+          'exists; if false, EVICTION is unavailable until ~/calibrate is called.'),
+    Param('calibration_quick', True, 'Use the short calibration grid at start.'),
+    Param('alpha_max', 0.95, 'Largest KV-cache eviction ratio the planner may choose.',
+          0.0, 0.99),
+    Param('press', 'snapkv', 'kvpress press used for eviction.',
+          choices=('snapkv', 'streamingllm', 'knorm', 'expected_attention')),
+    Param('infeasible', 'reject', "When even alpha_max misses the deadline: 'reject' the goal "
+          "(with the estimate) or run 'best_effort' at alpha_max.",
+          choices=('reject', 'best_effort')),
+    Param('ete_window', 256, 'Timing samples kept for the online re-fit of the ETE.', 8, 100000),
+    Param('ete_forgetting', 0.98, 'Weight decay per newer sample in the online re-fit.',
+          0.5, 1.0),
 )
 
 PARAM_BY_NAME = {p.name: p for p in PARAMS}
@@ -68,6 +83,14 @@ class NodeConfig:
     miss_rate_error: float = 0.25
     hardware_id: str = ''
     warm_up: bool = True
+    profile: str = ''
+    calibrate_on_start: bool = True
+    calibration_quick: bool = True
+    alpha_max: float = 0.95
+    press: str = 'snapkv'
+    infeasible: str = 'reject'
+    ete_window: int = 256
+    ete_forgetting: float = 0.98
 
     @classmethod
     def from_dict(cls, values: dict) -> 'NodeConfig':

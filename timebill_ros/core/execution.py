@@ -59,6 +59,7 @@ class JobResult:
     e2e_s: float = 0.0
     step_times: tuple = ()
     plan: Plan = field(default_factory=Plan)
+    kv_tokens: int = 0
 
 
 Feedback = Callable[[TokenEvent, float, float], None]
@@ -110,7 +111,8 @@ def run_job(engine: Engine, prompt_ids: Sequence[int], request: Request, plan: P
         reason=_reason(outcome, met, stats, clock.remaining(finished)),
         text=''.join(parts), tokens=stats.tokens, queue_s=queue_s,
         prefill_s=stats.prefill_s, decode_s=stats.decode_s, e2e_s=e2e,
-        step_times=tuple(stats.step_times), plan=plan)
+        step_times=tuple(stats.step_times), plan=plan,
+        kv_tokens=stats.kv_tokens_after_prefill)
 
 
 def _reason(outcome: Outcome, met: bool, stats: GenerationStats, slack: float) -> str:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol
 
-from timebill_ros.core.request import Mode, Request
+from timebill_ros.core.eviction import solve_alpha
+from timebill_ros.core.request import Mode, Rejection, Request
+from timebill_ros.core.timing import TimingModel, worst_case_tokens
 
 
 @dataclass(frozen=True)
@@ -42,3 +44,74 @@ class FullModelPlanner:
         """Return a plan that only records the prompt length and the mode."""
         return Plan(mode=Mode.NONE, prompt_tokens=prompt_tokens,
                     pessimistic_factor=request.pessimistic_factor)
+
+
+class LengthPredictor(Protocol):
+    """Predict the target model's answer length for a request (tokens)."""
+
+    name: str
+
+    def predict(self, request: Request, prompt_tokens: int) -> int:
+        """Return the predicted number of answer tokens."""
+
+
+class MaxTokensPredictor:
+    """Stand-in predictor: assume the answer uses the goal's whole max_new_tokens.
+
+    Safe (never under-predicts within N_max) but pessimistic: the planner then
+    evicts as if every answer ran to its cap. The response length predictor
+    issue replaces it through the same interface.
+    """
+
+    name = 'max-new-tokens'
+
+    def predict(self, request: Request, prompt_tokens: int) -> int:
+        """Return the goal's max_new_tokens."""
+        return request.max_new_tokens
+
+
+INFEASIBLE_POLICIES = ('reject', 'best_effort')
+
+
+class TimeBillPlanner:
+    """Plan with the ETE: smallest eviction ratio whose WCET fits the time left.
+
+    ``timing`` returns the current TimingModel (it is refit online), so plans use
+    the latest estimate.
+    """
+
+    def __init__(self, timing: Callable[[], TimingModel], predictor: LengthPredictor,
+                 alpha_max: float = 0.95, press: str = 'snapkv',
+                 infeasible: str = 'reject'):
+        """Configure the planner; raise ValueError on bad settings."""
+        if not 0.0 <= alpha_max < 1.0:
+            raise ValueError(f'alpha_max must be in [0, 1) (got {alpha_max})')
+        if infeasible not in INFEASIBLE_POLICIES:
+            raise ValueError(f'infeasible must be one of {INFEASIBLE_POLICIES}')
+        self.timing, self.predictor = timing, predictor
+        self.alpha_max, self.press, self.infeasible = alpha_max, press, infeasible
+
+    def plan(self, request: Request, prompt_tokens: int, time_left_s: float) -> Plan:
+        """Return the plan, or raise Rejection when the deadline cannot be met."""
+        model = self.timing()
+        predicted = int(self.predictor.predict(request, prompt_tokens))
+        worst = worst_case_tokens(predicted, request.pessimistic_factor, request.max_new_tokens)
+        if request.mode == Mode.NONE:
+            alpha, wcet = 0.0, model.wcet(prompt_tokens, 0.0, worst)
+            feasible = wcet <= time_left_s
+        else:
+            decision = solve_alpha(model, prompt_tokens, worst, time_left_s, self.alpha_max)
+            alpha, wcet, feasible = decision.alpha, decision.wcet_s, decision.feasible
+            if not feasible and self.infeasible == 'reject':
+                raise Rejection(
+                    f'cannot meet the deadline: estimated worst case {wcet:.3f} s even at '
+                    f'eviction ratio {self.alpha_max:g} > {time_left_s:.3f} s left '
+                    f'(prompt {prompt_tokens} tokens, up to {worst} answer tokens)')
+        prefill = model.prefill(prompt_tokens)
+        return Plan(
+            mode=Mode.NONE if request.mode == Mode.NONE else Mode.EVICTION,
+            prompt_tokens=prompt_tokens, predicted_tokens=predicted,
+            predictor=self.predictor.name, worst_case_tokens=worst,
+            pessimistic_factor=request.pessimistic_factor, eviction_ratio=alpha,
+            press=self.press if alpha > 0.0 else '', est_prefill_s=prefill,
+            est_decode_s=wcet - prefill, est_wcet_s=wcet, feasible=feasible)

@@ -84,6 +84,7 @@ class Telemetry:
     counts: Counter = field(default_factory=Counter)
     _recent: deque = field(default=None, repr=False)
     _tpots: deque = field(default=None, repr=False)
+    _ete_errors: deque = field(default=None, repr=False)
     last_e2e_s: float = math.nan
 
     def __post_init__(self):
@@ -92,6 +93,7 @@ class Telemetry:
             raise ValueError('telemetry windows must be >= 1')
         self._recent = deque(maxlen=self.window)
         self._tpots = deque(maxlen=self.tpot_window)
+        self._ete_errors = deque(maxlen=self.window)
 
     def accepted(self) -> None:
         """Count an accepted goal."""
@@ -110,6 +112,11 @@ class Telemetry:
             self.counts['met' if record.deadline_met else 'missed'] += 1
         self._tpots.extend(record.step_times)
         self.last_e2e_s = record.e2e_s
+
+    def ete_error(self, percent: float) -> None:
+        """Record a signed execution-time estimation error, in percent of the actual time."""
+        if math.isfinite(percent):
+            self._ete_errors.append(percent)
 
     @property
     def miss_rate(self) -> float:
@@ -131,6 +138,8 @@ class Telemetry:
             'tpot_p50_s': self.tpot_percentile(50),
             'tpot_p99_s': self.tpot_percentile(99),
             'last_e2e_s': self.last_e2e_s,
+            'ete_abs_error_p50_pct': percentile([abs(e) for e in self._ete_errors], 50),
+            'ete_error_last_pct': self._ete_errors[-1] if self._ete_errors else math.nan,
         })
         return out
 

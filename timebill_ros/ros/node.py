@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 import socket
 import sys
 import threading
@@ -20,16 +21,22 @@ from timebill_ros.action import Instruct
 from timebill_ros.core.config import NodeConfig, PARAMS
 from timebill_ros.core.deadline import DeadlineClock, SkipNextTracker
 from timebill_ros.core.execution import ended_before_start, JobResult, run_job
-from timebill_ros.core.planning import FullModelPlanner, Plan
+from timebill_ros.core.planning import (
+    FullModelPlanner, MaxTokensPredictor, Plan, TimeBillPlanner)
+from timebill_ros.core.profile import default_path, Profile
 from timebill_ros.core.queueing import FifoQueue
-from timebill_ros.core.request import check_prompt_fits, Outcome, Rejection, Request, validate
+from timebill_ros.core.request import (
+    check_prompt_fits, Mode, Outcome, Rejection, Request, validate)
 from timebill_ros.core.telemetry import GoalRecord, Telemetry
+from timebill_ros.core.timing import OnlineTimingModel
 from timebill_ros.msg import DeadlineTelemetry, Instruction, Response
 from timebill_ros.ros import convert
 from timebill_ros.ros.diagnostics import build_array, build_status
 from timebill_ros.runtime.engine import Engine
-from timebill_ros.runtime.model import load_model, ModelLoadError, prompt_ids
-from timebill_ros.srv import PlanInstruction
+from timebill_ros.runtime.model import cache_root, load_model, ModelLoadError, prompt_ids
+from timebill_ros.runtime.presses import press_for_plan
+from timebill_ros.runtime.profiler import calibrate, Grid, QUICK
+from timebill_ros.srv import Calibrate, PlanInstruction
 
 
 class UuidActionServer(ActionServer):
@@ -92,11 +99,14 @@ class TimebillNode(Node):
         self.get_logger().info(
             f'loading model {self.config.model!r} on {self.config.device} ({self.config.dtype})')
         self.loaded = loader(self.config.model, self.config.device, self.config.dtype)
-        self.engine = Engine(self.loaded)
+        self.engine = Engine(self.loaded, press_for_plan)
         if self.config.warm_up:
             self.engine.warm_up()
-        self.limits = self.config.limits()
-        self.planner = FullModelPlanner()
+        self._model_lock = threading.Lock()
+        self.online: OnlineTimingModel | None = None
+        self.profile_path = Path(self.config.profile) if self.config.profile else default_path(
+            cache_root(), self.loaded.name, self.loaded.device, self.loaded.dtype)
+        self._load_or_calibrate()
         self.telemetry = Telemetry(window=self.config.miss_window)
         self.hardware_id = (self.config.hardware_id
                             or f'{socket.gethostname()}/{self.loaded.device}')
@@ -116,6 +126,7 @@ class TimebillNode(Node):
             goal_callback=self._on_goal, handle_accepted_callback=self._on_accepted,
             cancel_callback=self._on_cancel, callback_group=group)
         self.create_service(PlanInstruction, '~/plan', self._on_plan, callback_group=group)
+        self.create_service(Calibrate, '~/calibrate', self._on_calibrate, callback_group=group)
         self.create_subscription(Instruction, '~/instructions', self._on_instruction, 10,
                                  callback_group=group)
         self._responses = self.create_publisher(Response, '~/responses', 10)
@@ -139,6 +150,77 @@ class TimebillNode(Node):
             values[param.name] = self.declare_parameter(
                 param.name, param.default, descriptor).value
         return NodeConfig.from_dict(values)
+
+    # -- execution-time estimator --------------------------------------------------------
+
+    def _load_or_calibrate(self) -> None:
+        """Use the matching profile, calibrate when allowed, else plan without an ETE."""
+        profile = None
+        if self.profile_path.is_file():
+            try:
+                profile = Profile.load(self.profile_path)
+            except ValueError as exc:
+                self.get_logger().warning(str(exc))
+            if profile and not profile.matches(self.loaded.name, self.loaded.device,
+                                               self.loaded.dtype):
+                self.get_logger().warning(
+                    f'{self.profile_path} was measured for {profile.model}/{profile.device}/'
+                    f'{profile.dtype}, not this model; ignoring it')
+                profile = None
+        if profile is None and self.config.calibrate_on_start:
+            self.get_logger().info('no execution-time profile: calibrating (one-off)')
+            profile = self._calibrate(self.config.calibration_quick)
+        self._use_profile(profile)
+
+    def _calibrate(self, quick: bool) -> Profile:
+        with self._model_lock:
+            profile = calibrate(self.loaded, QUICK if quick else Grid(), progress=False)
+        profile.save(self.profile_path)
+        self.get_logger().info(
+            f'calibrated: held-out MAPE prefill {profile.heldout["prefill_mape_pct"]:.2f}%, '
+            f'decode step {profile.heldout["decode_mape_pct"]:.2f}%; saved {self.profile_path}')
+        return profile
+
+    def _use_profile(self, profile: Profile | None) -> None:
+        if profile is None:
+            self.online = None
+            self.planner = FullModelPlanner()
+            self.limits = self.config.limits()
+            self.get_logger().warning('no execution-time profile: MODE_EVICTION unavailable')
+            return
+        self.online = OnlineTimingModel(profile.timing_model(), self.config.ete_window,
+                                        self.config.ete_forgetting)
+        self.online.seed([tuple(p) for p in profile.prefill_points],
+                         [tuple(p) for p in profile.decode_points])
+        self.planner = TimeBillPlanner(lambda: self.online.model, MaxTokensPredictor(),
+                                       self.config.alpha_max, self.config.press,
+                                       self.config.infeasible)
+        self.limits = self.config.limits({Mode.AUTO, Mode.NONE, Mode.EVICTION})
+
+    def _on_calibrate(self, request, response):
+        try:
+            profile = self._calibrate(request.quick)
+        except Exception as exc:  # noqa: BLE001 - report any failure to the caller
+            response.success, response.message = False, f'calibration failed: {exc!r}'
+            return response
+        self._use_profile(profile)
+        response.success, response.message = True, 'calibrated'
+        response.profile_path = str(self.profile_path)
+        response.prefill_mape_pct = profile.heldout['prefill_mape_pct']
+        response.decode_mape_pct = profile.heldout['decode_mape_pct']
+        return response
+
+    def _learn_timing(self, job: Job, result: JobResult) -> tuple:
+        """Compare the ETE with what ran, then refit it online; return (estimate, error %)."""
+        if self.online is None or result.prefill_s <= 0.0:
+            return 0.0, 0.0
+        model = self.online.model
+        n_x = len(job.prompt_ids)
+        estimate = model.prefill(n_x) + model.decode(result.kv_tokens, result.tokens)
+        actual = result.prefill_s + result.decode_s
+        error = (estimate - actual) / actual * 100.0
+        self.online.observe(n_x, result.prefill_s, result.kv_tokens, result.step_times)
+        return estimate, error
 
     def _action_name(self) -> str:
         return self.resolve_topic_name('~/instruct')
@@ -244,7 +326,8 @@ class TimebillNode(Node):
                 skip_reason = self._skip.take()
                 self._running = job
             try:
-                result = self._run(job, skip_reason)
+                with self._model_lock:
+                    result = self._run(job, skip_reason)
             except Exception as exc:  # noqa: BLE001 - the worker must survive any goal
                 self.get_logger().error(f'goal {job.key} failed: {exc!r}')
                 result = ended_before_start(job.clock, Outcome.FAILED,
@@ -260,7 +343,13 @@ class TimebillNode(Node):
             job.goal_handle.execute()
         if skip_reason:
             return ended_before_start(job.clock, Outcome.SKIPPED, skip_reason, job.plan)
-        plan = self.planner.plan(job.request, len(job.prompt_ids), job.clock.remaining())
+        try:
+            # Re-plan with the time actually left after queueing.
+            plan = self.planner.plan(job.request, len(job.prompt_ids), job.clock.remaining())
+        except Rejection as exc:
+            return ended_before_start(job.clock, Outcome.REJECTED,
+                                      f'after {job.clock.elapsed():.3f} s in queue: {exc.reason}',
+                                      job.plan)
         feedback = self._feedback_sender(job, plan)
         return run_job(self.engine, job.prompt_ids, job.request, plan, job.clock,
                        job.cancel_requested, feedback)
@@ -276,13 +365,18 @@ class TimebillNode(Node):
 
     def _finish(self, job: Job, result: JobResult) -> None:
         """Record, publish and hand a finished job's result to its action goal."""
+        estimate, error = self._learn_timing(job, result)
         with self._lock:
             self.telemetry.finished(GoalRecord(result.outcome, result.deadline_met,
                                                result.e2e_s, result.step_times))
+            if estimate:
+                self.telemetry.ete_error(error)
         stamp = self._stamp()
-        self._telemetry_pub.publish(convert.telemetry_msg(
-            job.key, job.request.request_id or job.key, job.request.policy,
-            job.request.budget_s, result, stamp))
+        telemetry = convert.telemetry_msg(job.key, job.request.request_id or job.key,
+                                          job.request.policy, job.request.budget_s, result,
+                                          stamp)
+        telemetry.est_compute_s, telemetry.ete_error_pct = estimate, error
+        self._telemetry_pub.publish(telemetry)
         self._responses.publish(convert.response_msg(
             job.request.request_id or job.key, result, stamp))
         self.get_logger().info(
@@ -328,7 +422,11 @@ class TimebillNode(Node):
             queued = len(self._queue)
             running = self._running is not None
         extra = {'queue_length': queued, 'executing': running, 'model': self.loaded.name,
-                 'device': self.loaded.device, 'dtype': self.loaded.dtype}
+                 'device': self.loaded.device, 'dtype': self.loaded.dtype,
+                 'planner': type(self.planner).__name__}
+        if self.online is not None:
+            model = self.online.model
+            extra.update({'ete_step_s_per_kv_token': model.p, 'ete_step_base_s': model.q})
         status = build_status(f'{self.get_name()}: deadlines', self.hardware_id, summary,
                               extra, self.config.thresholds())
         self._diagnostics.publish(build_array(status, self._stamp()))

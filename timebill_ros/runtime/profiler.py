@@ -1,0 +1,137 @@
+"""Calibrate the execution-time estimator on the actual model, device and dtype."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import platform
+import statistics
+import time
+from typing import Callable, Sequence
+
+from timebill_ros.core.profile import Profile
+from timebill_ros.core.timing import ape, fit_decode, fit_prefill, mape, TimingModel
+from timebill_ros.runtime.model import LoadedModel
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Lengths to measure: fit points and held-out points never used by the fit."""
+
+    prefill_fit: tuple = (32, 256, 512, 1024, 1536, 2048, 3072, 4096)
+    prefill_heldout: tuple = (128, 768, 1280, 2560, 3584)
+    decode_fit: tuple = (16, 512, 1024, 2048, 3072, 4096)
+    decode_heldout: tuple = (256, 768, 1536, 2560, 3584)
+    repeats: int = 3
+    decode_steps: int = 8
+    warmup: int = 1
+
+
+QUICK = Grid(prefill_fit=(32, 256, 768, 1536, 2048), prefill_heldout=(512, 1024),
+             decode_fit=(16, 768, 1536, 2048), decode_heldout=(512, 1024), repeats=2,
+             decode_steps=6)
+
+
+def _ids(loaded: LoadedModel, n: int, seed: int):
+    import torch
+    gen = torch.Generator().manual_seed(seed)
+    # Ordinary ids from the middle of the vocabulary (special tokens sit at the ends):
+    # timing depends on the length, not on the text.
+    vocab = int(loaded.model.config.vocab_size)
+    return torch.randint(vocab // 10, vocab * 9 // 10, (1, n), generator=gen).to(loaded.device)
+
+
+def time_prefill(loaded: LoadedModel, n: int, repeats: int, warmup: int = 1) -> float:
+    """Median seconds of a prefill of n tokens (same call the engine makes)."""
+    import torch
+    from transformers import DynamicCache
+    times = []
+    ids = _ids(loaded, n, n)
+    with torch.inference_mode():
+        for r in range(warmup + repeats):
+            t0 = time.monotonic()
+            out = loaded.model(input_ids=ids, past_key_values=DynamicCache(), use_cache=True)
+            int(out.logits[0, -1].argmax())
+            if r >= warmup:
+                times.append(time.monotonic() - t0)
+    return statistics.median(times)
+
+
+def time_decode_steps(loaded: LoadedModel, lengths: Sequence[int], steps: int,
+                      repeats: int, progress: Callable[[], None] = lambda: None) -> dict:
+    """Return {n: (median step seconds, mean KV length)} for decode steps starting at n.
+
+    One long prefill fills the cache; cropping it to each length avoids a
+    prefill per grid point. KV length means the cache length before the step.
+    """
+    import torch
+    from transformers import DynamicCache
+    longest = max(lengths)
+    result = {}
+    with torch.inference_mode():
+        cache = DynamicCache()
+        loaded.model(input_ids=_ids(loaded, longest, 7), past_key_values=cache, use_cache=True)
+        token = torch.tensor([[100]], device=loaded.device)
+        for n in sorted(lengths, reverse=True):
+            samples = []
+            for _ in range(repeats):
+                cache.crop(n)
+                for j in range(steps):
+                    pos = torch.tensor([[n + j]], device=loaded.device)
+                    t0 = time.monotonic()
+                    out = loaded.model(input_ids=token, past_key_values=cache, position_ids=pos,
+                                       use_cache=True)
+                    int(out.logits[0, -1].argmax())
+                    samples.append(time.monotonic() - t0)
+            progress()
+            # The steps grow the cache from n to n + steps - 1: credit the median to
+            # the middle length.
+            result[n] = (statistics.median(samples), n + (steps - 1) / 2.0)
+    return result
+
+
+def calibrate(loaded: LoadedModel, grid: Grid = Grid(), progress: bool = True) -> Profile:
+    """Measure, fit, evaluate on held-out lengths and return the profile."""
+    import torch
+    import transformers
+    from tqdm import tqdm
+    total = len(grid.prefill_fit) + len(grid.prefill_heldout) + 2
+    bar = tqdm(total=total, desc='calibrating', unit='grid point', disable=not progress)
+    prefill = {}
+    for n in (*grid.prefill_fit, *grid.prefill_heldout):
+        prefill[n] = time_prefill(loaded, n, grid.repeats, grid.warmup)
+        bar.update(1)
+    decode = time_decode_steps(loaded, (*grid.decode_fit, *grid.decode_heldout),
+                               grid.decode_steps, grid.repeats)
+    bar.update(2)
+    bar.close()
+    a, b, c = fit_prefill(list(grid.prefill_fit), [prefill[n] for n in grid.prefill_fit])
+    fit_pts = [(decode[n][1], decode[n][0]) for n in grid.decode_fit]
+    p, q = fit_decode([x for x, _ in fit_pts], [t for _, t in fit_pts])
+    model = TimingModel(a, b, c, p, q)
+    held_pre = [(n, prefill[n], model.prefill(n)) for n in grid.prefill_heldout]
+    held_dec = [(decode[n][1], decode[n][0], model.step(decode[n][1]))
+                for n in grid.decode_heldout]
+
+    def residual(points):
+        return max(abs(pred - t) / t * 100.0 for _, t, pred in points)
+    fit_pre = [(n, prefill[n], model.prefill(n)) for n in grid.prefill_fit]
+    fit_dec = [(x, t, model.step(x)) for x, t in fit_pts]
+    return Profile(
+        model=loaded.name, device=loaded.device, dtype=loaded.dtype,
+        coefficients={'a': a, 'b': b, 'c': c, 'p': p, 'q': q},
+        prefill_points=[[int(n), float(t)] for n, t in prefill.items()],
+        decode_points=[[float(x), float(t)] for t, x in decode.values()],
+        heldout={
+            'prefill_lengths': list(grid.prefill_heldout),
+            'prefill_ape_pct': ape([h[2] for h in held_pre], [h[1] for h in held_pre]),
+            'prefill_mape_pct': mape([h[2] for h in held_pre], [h[1] for h in held_pre]),
+            'decode_lengths': list(grid.decode_heldout),
+            'decode_ape_pct': ape([h[2] for h in held_dec], [h[1] for h in held_dec]),
+            'decode_mape_pct': mape([h[2] for h in held_dec], [h[1] for h in held_dec]),
+        },
+        residuals={'prefill_max_fit_ape_pct': residual(fit_pre),
+                   'decode_max_fit_ape_pct': residual(fit_dec)},
+        versions={'torch': str(torch.__version__), 'transformers': transformers.__version__,
+                  'python': platform.python_version(),
+                  'threads': torch.get_num_threads()},
+        date=time.strftime('%Y-%m-%dT%H:%M:%S%z'), host=platform.node())
