@@ -1,22 +1,46 @@
-"""End to end with the real embedded SmolLM2 model: a correct answer, in time."""
+"""End to end with the real embedded SmolLM2 model: answers, ETE calibration, eviction."""
 
 import pytest
+import yaml
 
 from action_msgs.msg import GoalStatus
+from builtin_interfaces.msg import Duration
 
 from conftest import NodeProcess
 from timebill_ros.action import Instruct
+from timebill_ros.core.profile import Profile
 from timebill_ros.ros.client import InstructClient, make_goal
+from timebill_ros.srv import PlanInstruction
+
+R, G = Instruct.Result, Instruct.Goal
+SENTENCES = [
+    'The harbour town woke early, and the fishing boats left before the sun rose.',
+    'Market stalls sold bread, cheese, rope, lanterns and bright woollen scarves.',
+    'An old lighthouse keeper wrote the weather in a notebook every evening.',
+    'Children ran along the sea wall while gulls argued over scraps of fish.',
+    'In winter the storms closed the harbour for days and the town grew quiet.',
+]
+CONTEXT = ' '.join(SENTENCES[i % 5] + f' (note {i})' for i in range(130))
+INSTRUCTION = 'Repeat the notes above, one per line, starting from the first.'
+MAX_NEW = 64
 
 
 @pytest.fixture(scope='module')
-def client(rclpy_context):
-    proc = NodeProcess({'model': 'embedded'}, ready_timeout=300)
+def node(rclpy_context, tmp_path_factory):
+    path = tmp_path_factory.mktemp('profile') / 'embedded.yaml'
+    proc = NodeProcess({'model': 'embedded', 'profile': str(path), 'calibrate_on_start': True,
+                        'calibration_quick': True}, ready_timeout=600)
+    proc.profile_path = path
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope='module')
+def client(node):
     c = InstructClient(node_name='embedded_test_client')
     c.wait_for_server(30)
     yield c
     c.close()
-    proc.stop()
 
 
 def test_embedded_model_answers_correctly_before_deadline(client):
@@ -24,7 +48,49 @@ def test_embedded_model_answers_correctly_before_deadline(client):
                                60.0, max_new_tokens=40), 120)
     res = run.result
     assert run.status == GoalStatus.STATUS_SUCCEEDED
-    assert res.outcome == Instruct.Result.COMPLETED and res.deadline_met
+    assert res.outcome == R.COMPLETED and res.deadline_met
     assert 'Paris' in res.text
     assert run.streamed_text == res.text
-    assert res.e2e_s < 60.0
+
+
+def test_profile_written_with_heldout_errors(node):
+    data = yaml.safe_load(node.profile_path.read_text())
+    assert data['model'] == 'SmolLM2-135M-Instruct' and data['device'] == 'cpu'
+    assert data['coefficients']['p'] > 0  # decode steps slow down with the cache
+    assert data['heldout']['prefill_mape_pct'] >= 0
+
+
+def test_eviction_meets_a_budget_that_full_cache_misses(node, client):
+    import rclpy
+    helper = rclpy.create_node('plan_helper')
+    plan_client = helper.create_client(PlanInstruction, '/timebill/plan')
+    assert plan_client.wait_for_service(timeout_sec=10)
+    future = plan_client.call_async(PlanInstruction.Request(
+        instruction=INSTRUCTION, context=CONTEXT, budget=Duration(sec=100), mode=G.MODE_NONE,
+        max_new_tokens=MAX_NEW))
+    rclpy.spin_until_future_complete(helper, future, timeout_sec=30)
+    plan = future.result().plan
+    helper.destroy_node()
+    assert plan.prompt_tokens >= 1500
+    model = Profile.load(node.profile_path).timing_model()
+    w0 = model.wcet(plan.prompt_tokens, 0.0, MAX_NEW)
+    wmax = model.wcet(plan.prompt_tokens, 0.95, MAX_NEW) / 0.95  # planner keeps 5% margin
+    assert wmax < w0
+    budget = (w0 + wmax) / 2
+
+    evict = client.ask(make_goal(INSTRUCTION, budget, CONTEXT, mode=G.MODE_EVICTION,
+                                 max_new_tokens=MAX_NEW), 300)
+    assert evict.accepted, evict.reject_reason
+    res = evict.result
+    assert res.plan.eviction_ratio > 0 and res.plan.press == 'snapkv'
+    assert res.outcome == R.COMPLETED and res.deadline_met, res.reason
+
+    full = client.ask(make_goal(INSTRUCTION, budget, CONTEXT, mode=G.MODE_NONE,
+                                max_new_tokens=MAX_NEW), 300)
+    assert full.accepted and full.result.plan.eviction_ratio == 0.0
+    assert full.result.outcome == R.KILLED and not full.result.deadline_met
+
+    hopeless = client.ask(make_goal(INSTRUCTION, 0.5, CONTEXT, mode=G.MODE_EVICTION,
+                                    max_new_tokens=MAX_NEW), 60)
+    assert not hopeless.accepted
+    assert 'cannot meet the deadline' in hopeless.reject_reason

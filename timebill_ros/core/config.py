@@ -56,6 +56,8 @@ PARAMS = (
     Param('infeasible', 'reject', "When even alpha_max misses the deadline: 'reject' the goal "
           "(with the estimate) or run 'best_effort' at alpha_max.",
           choices=('reject', 'best_effort')),
+    Param('time_margin', 0.05, 'Fraction of the time left the planner keeps in reserve for '
+          'estimation error.', 0.0, 0.5),
     Param('ete_window', 256, 'Timing samples kept for the online re-fit of the ETE.', 8, 100000),
     Param('ete_forgetting', 0.98, 'Weight decay per newer sample in the online re-fit.',
           0.5, 1.0),
@@ -89,6 +91,7 @@ class NodeConfig:
     alpha_max: float = 0.95
     press: str = 'snapkv'
     infeasible: str = 'reject'
+    time_margin: float = 0.05
     ete_window: int = 256
     ete_forgetting: float = 0.98
 

@@ -82,8 +82,15 @@ class TimeBillPlanner:
 
     def __init__(self, timing: Callable[[], TimingModel], predictor: LengthPredictor,
                  alpha_max: float = 0.95, press: str = 'snapkv',
-                 infeasible: str = 'reject'):
-        """Configure the planner; raise ValueError on bad settings."""
+                 infeasible: str = 'reject', time_margin: float = 0.0):
+        """Configure the planner; raise ValueError on bad settings.
+
+        ``time_margin`` keeps that fraction of the time left in reserve for
+        estimation error and per-token overheads the ETE does not model.
+        """
+        if not 0.0 <= time_margin < 1.0:
+            raise ValueError(f'time_margin must be in [0, 1) (got {time_margin})')
+        self.time_margin = time_margin
         if not 0.0 <= alpha_max < 1.0:
             raise ValueError(f'alpha_max must be in [0, 1) (got {alpha_max})')
         if infeasible not in INFEASIBLE_POLICIES:
@@ -94,19 +101,21 @@ class TimeBillPlanner:
     def plan(self, request: Request, prompt_tokens: int, time_left_s: float) -> Plan:
         """Return the plan, or raise Rejection when the deadline cannot be met."""
         model = self.timing()
+        target = time_left_s * (1.0 - self.time_margin)
         predicted = int(self.predictor.predict(request, prompt_tokens))
         worst = worst_case_tokens(predicted, request.pessimistic_factor, request.max_new_tokens)
         if request.mode == Mode.NONE:
             alpha, wcet = 0.0, model.wcet(prompt_tokens, 0.0, worst)
-            feasible = wcet <= time_left_s
+            feasible = wcet <= target
         else:
-            decision = solve_alpha(model, prompt_tokens, worst, time_left_s, self.alpha_max)
+            decision = solve_alpha(model, prompt_tokens, worst, target, self.alpha_max)
             alpha, wcet, feasible = decision.alpha, decision.wcet_s, decision.feasible
             if not feasible and self.infeasible == 'reject':
                 raise Rejection(
                     f'cannot meet the deadline: estimated worst case {wcet:.3f} s even at '
-                    f'eviction ratio {self.alpha_max:g} > {time_left_s:.3f} s left '
-                    f'(prompt {prompt_tokens} tokens, up to {worst} answer tokens)')
+                    f'eviction ratio {self.alpha_max:g} > {target:.3f} s '
+                    f'({time_left_s:.3f} s left less a {self.time_margin:.0%} margin; '
+                    f'prompt {prompt_tokens} tokens, up to {worst} answer tokens)')
         prefill = model.prefill(prompt_tokens)
         return Plan(
             mode=Mode.NONE if request.mode == Mode.NONE else Mode.EVICTION,

@@ -194,7 +194,7 @@ class TimebillNode(Node):
                          [tuple(p) for p in profile.decode_points])
         self.planner = TimeBillPlanner(lambda: self.online.model, MaxTokensPredictor(),
                                        self.config.alpha_max, self.config.press,
-                                       self.config.infeasible)
+                                       self.config.infeasible, self.config.time_margin)
         self.limits = self.config.limits({Mode.AUTO, Mode.NONE, Mode.EVICTION})
 
     def _on_calibrate(self, request, response):

@@ -1,0 +1,74 @@
+"""TimeBill planner: mode handling, alpha*, infeasible policies."""
+
+import pytest
+
+from timebill_ros.core.planning import MaxTokensPredictor, TimeBillPlanner
+from timebill_ros.core.request import Mode, OverrunPolicy, Rejection, Request
+from timebill_ros.core.timing import TimingModel
+
+MODEL = TimingModel(0.0, 0.001, 0.0, 1e-5, 0.03)  # prefill 2 s at 2000 tokens
+
+
+def req(mode, max_new=100, k=1.0):
+    return Request('q', 'ctx', 10.0, OverrunPolicy.KILL, mode, max_new, k)
+
+
+class Fixed:
+    name = 'fixed'
+
+    def __init__(self, n):
+        self.n = n
+
+    def predict(self, request, prompt_tokens):
+        return self.n
+
+
+def test_none_mode_never_evicts_but_reports_feasibility():
+    planner = TimeBillPlanner(lambda: MODEL, MaxTokensPredictor())
+    full = MODEL.wcet(2000, 0.0, 100)
+    plan = planner.plan(req(Mode.NONE), 2000, full - 1.0)
+    assert plan.mode == Mode.NONE and plan.eviction_ratio == 0.0 and not plan.feasible
+    assert plan.est_wcet_s == pytest.approx(full)
+    assert plan.est_prefill_s + plan.est_decode_s == pytest.approx(full)
+
+
+def test_eviction_mode_picks_alpha_star():
+    planner = TimeBillPlanner(lambda: MODEL, MaxTokensPredictor(), press='knorm')
+    full = MODEL.wcet(2000, 0.0, 100)
+    plan = planner.plan(req(Mode.EVICTION), 2000, full - 1.0)
+    assert plan.mode == Mode.EVICTION and plan.feasible and plan.press == 'knorm'
+    assert 0 < plan.eviction_ratio < 0.95
+    assert plan.est_wcet_s == pytest.approx(full - 1.0)
+    easy = planner.plan(req(Mode.AUTO), 2000, full + 1.0)
+    assert easy.eviction_ratio == 0.0 and easy.press == ''
+
+
+def test_pessimistic_factor_scales_the_worst_case():
+    planner = TimeBillPlanner(lambda: MODEL, Fixed(20))
+    plan = planner.plan(req(Mode.EVICTION, max_new=100, k=3.0), 2000, 100.0)
+    assert plan.predicted_tokens == 20 and plan.worst_case_tokens == 60
+    assert planner.plan(req(Mode.EVICTION, max_new=50, k=3.0), 2000, 100.0)\
+        .worst_case_tokens == 50
+
+
+def test_infeasible_rejects_with_estimate_or_runs_best_effort():
+    with pytest.raises(Rejection, match='estimated worst case'):
+        TimeBillPlanner(lambda: MODEL, MaxTokensPredictor()).plan(req(Mode.EVICTION), 2000, 1.0)
+    plan = TimeBillPlanner(lambda: MODEL, MaxTokensPredictor(), alpha_max=0.9,
+                           infeasible='best_effort').plan(req(Mode.EVICTION), 2000, 1.0)
+    assert plan.eviction_ratio == 0.9 and not plan.feasible
+
+
+def test_bad_settings():
+    with pytest.raises(ValueError):
+        TimeBillPlanner(lambda: MODEL, MaxTokensPredictor(), alpha_max=1.0)
+    with pytest.raises(ValueError):
+        TimeBillPlanner(lambda: MODEL, MaxTokensPredictor(), infeasible='pray')
+
+
+def test_time_margin_keeps_reserve():
+    full = MODEL.wcet(2000, 0.0, 100)
+    plan = TimeBillPlanner(lambda: MODEL, MaxTokensPredictor(), time_margin=0.1).plan(
+        req(Mode.EVICTION), 2000, full)
+    assert plan.eviction_ratio > 0
+    assert plan.est_wcet_s == pytest.approx(0.9 * full)

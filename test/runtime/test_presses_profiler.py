@@ -1,0 +1,52 @@
+"""kvpress presses around prefill, and calibration on the tiny model."""
+
+import pytest
+
+pytest.importorskip('kvpress')
+
+from timebill_ros.core.planning import Plan  # noqa: E402
+from timebill_ros.core.profile import Profile  # noqa: E402
+from timebill_ros.runtime.engine import Engine  # noqa: E402
+from timebill_ros.runtime.model import load_model, prompt_ids  # noqa: E402
+from timebill_ros.runtime.presses import make_press, press_for_plan, PRESSES  # noqa: E402
+from timebill_ros.runtime.profiler import calibrate, Grid  # noqa: E402
+
+
+@pytest.fixture(scope='module')
+def tiny():
+    return load_model('tiny-random')
+
+
+@pytest.mark.parametrize('name', PRESSES)
+def test_press_shrinks_the_cache_and_decoding_goes_on(tiny, name):
+    ids = prompt_ids(tiny.tokenizer, 'Summarise.', 'word ' * 600)
+    stats = Engine(tiny, press_for_plan).generate(
+        ids, 5, Plan(eviction_ratio=0.5, press=name), lambda ev: True)
+    assert stats.kv_tokens_after_prefill == pytest.approx(len(ids) * 0.5, abs=2)
+    assert stats.tokens == 5
+
+
+def test_no_press_at_zero_and_bad_names():
+    assert make_press('snapkv', 0.0) is None
+    with pytest.raises(ValueError):
+        make_press('magic', 0.5)
+    with pytest.raises(ValueError):
+        make_press('snapkv', 1.0)
+
+
+def test_calibration_round_trip(tiny, tmp_path):
+    grid = Grid(prefill_fit=(16, 64, 128, 256), prefill_heldout=(96,),
+                decode_fit=(16, 128, 256), decode_heldout=(64,), repeats=1, decode_steps=2)
+    profile = calibrate(tiny, grid, progress=False)
+    path = tmp_path / 'p.yaml'
+    profile.save(path)
+    loaded = Profile.load(path)
+    assert loaded.matches('tiny-random', 'cpu', 'float32')
+    assert not loaded.matches('tiny-random', 'cuda', 'float32')
+    assert loaded.timing_model() == profile.timing_model()
+    assert loaded.heldout['prefill_lengths'] == [96]
+    assert len(loaded.prefill_points) == 5 and len(loaded.decode_points) == 4
+    assert loaded.versions['torch']
+    (tmp_path / 'bad.yaml').write_text('just: text\n')
+    with pytest.raises(ValueError):
+        Profile.load(tmp_path / 'bad.yaml')
