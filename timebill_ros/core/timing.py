@@ -64,7 +64,10 @@ def fit_prefill(n_x: Sequence[float], seconds: Sequence[float],
     x = np.asarray(n_x, dtype=float)
     if len(np.unique(x)) < 3:
         raise ValueError('need prefill timings at 3 or more distinct prompt lengths')
-    a, b, c = np.polyfit(x, np.asarray(seconds, dtype=float), 2, w=_sqrt_w(weights))
+    # Attention and MLP cost cannot fall with length: a, b >= 0 keeps a noisy fit from
+    # bending down beyond the measured grid.
+    design = np.stack([x * x, x, np.ones_like(x)], axis=1)
+    a, b, c = _bounded_lstsq(design, seconds, weights, lower=(0.0, 0.0, -np.inf))
     return float(a), float(b), float(c)
 
 
@@ -74,13 +77,22 @@ def fit_decode(n_kv: Sequence[float], seconds: Sequence[float],
     x = np.asarray(n_kv, dtype=float)
     if len(np.unique(x)) < 2:
         raise ValueError('need decode timings at 2 or more distinct KV lengths')
-    p, q = np.polyfit(x, np.asarray(seconds, dtype=float), 1, w=_sqrt_w(weights))
+    design = np.stack([x, np.ones_like(x)], axis=1)
+    p, q = _bounded_lstsq(design, seconds, weights, lower=(0.0, -np.inf))
     return float(p), float(q)
 
 
-def _sqrt_w(weights):
-    # np.polyfit weights multiply residuals, so sqrt gives weighted least squares.
-    return None if weights is None else np.sqrt(np.asarray(weights, dtype=float))
+def _bounded_lstsq(design, seconds, weights, lower):
+    """Solve weighted least squares with lower bounds (scipy.optimize.lsq_linear)."""
+    from scipy.optimize import lsq_linear
+    y = np.asarray(seconds, dtype=float)
+    if weights is not None:
+        root = np.sqrt(np.asarray(weights, dtype=float))
+        design, y = design * root[:, None], y * root
+    # Scale columns so N^2 (~1e7) and 1 are comparable for the solver.
+    scale = np.maximum(np.abs(design).max(axis=0), 1e-12)
+    result = lsq_linear(design / scale, y, bounds=(np.asarray(lower) * scale, np.inf))
+    return result.x / scale
 
 
 def mape(predicted: Sequence[float], actual: Sequence[float]) -> float:
