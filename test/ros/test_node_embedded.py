@@ -20,9 +20,9 @@ SENTENCES = [
     'Children ran along the sea wall while gulls argued over scraps of fish.',
     'In winter the storms closed the harbour for days and the town grew quiet.',
 ]
-CONTEXT = ' '.join(SENTENCES[i % 5] + f' (note {i})' for i in range(130))
+CONTEXT = ' '.join(SENTENCES[i % 5] + f' (note {i})' for i in range(75))
 INSTRUCTION = 'Repeat the notes above, one per line, starting from the first.'
-MAX_NEW = 64
+MAX_NEW = 96
 
 
 @pytest.fixture(scope='module')
