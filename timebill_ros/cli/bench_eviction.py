@@ -29,6 +29,7 @@ import platform
 import random
 import re
 import shlex
+import statistics
 import string
 import sys
 import time
@@ -191,16 +192,31 @@ def mean(values) -> float:
     return sum(values) / len(values) if values else float('nan')
 
 
+def median(values) -> float:
+    """Return the median, NaN for no values."""
+    values = list(values)
+    return statistics.median(values) if values else float('nan')
+
+
 def summarise(runs: list) -> dict:
-    """Average one configuration's per-prompt runs (TPOT over prompts with a decode step)."""
+    """Average one configuration's per-prompt runs (TPOT over prompts with a decode step).
+
+    Times get a mean and a median over the prompts: a burst of other load on a shared
+    machine can slow a few runs several-fold, which the median does not follow.
+    """
+    times = {
+        'prefill_s': [r['prefill_s'] for r in runs],
+        'decode_ms_per_token': [1000 * r['decode_s'] / r['steps'] for r in runs if r['steps']],
+        'e2e_s': [r['prefill_s'] + r['decode_s'] for r in runs],
+    }
+    summary = {'prompts': len(runs),
+               'kv_kept': mean(r['kv_tokens'] / r['prompt_tokens'] for r in runs)}
+    for name, values in times.items():
+        summary[name] = mean(values)
+        summary[name + '_median'] = median(values)
     return {
-        'prompts': len(runs),
-        'kv_kept': mean(r['kv_tokens'] / r['prompt_tokens'] for r in runs),
-        'prefill_s': mean(r['prefill_s'] for r in runs),
-        'decode_ms_per_token': mean(1000 * r['decode_s'] / r['steps'] for r in runs
-                                    if r['steps']),
+        **summary,
         'tokens': mean(r['tokens'] for r in runs),
-        'e2e_s': mean(r['prefill_s'] + r['decode_s'] for r in runs),
         'em': mean(r['em'] for r in runs),
         'f1': mean(r['f1'] for r in runs),
         'contains': mean(r['contains'] for r in runs),
@@ -215,7 +231,8 @@ def markdown(report: dict) -> str:
         '',
         f"- machine: {report['machine']}",
         f"- date: {report['date']}",
-        f"- command: `{report['command']}`",
+        f"- command: `{report['command']}`"
+        + (f" (table re-rendered with `{report['rendered']}`)" if 'rendered' in report else ''),
         f"- model: {report['model']}; torch threads: {report['threads']}; "
         f"versions: {report['versions']}",
         f"- data: {report['data']}",
@@ -223,23 +240,27 @@ def markdown(report: dict) -> str:
         f"{report['prompt_tokens']['max']}, mean {report['prompt_tokens']['mean']:.0f}); "
         f"max new tokens: {report['max_new_tokens']}; greedy",
         f"- wall time: {report['wall_s'] / 60:.1f} min; 1-min load average at start/end: "
-        f"{report['load_average']['start'][0]:.1f}/{report['load_average']['end'][0]:.1f} "
-        f"(other work on the machine slows all rows alike: configurations interleave)",
+        f"{report['load_average']['start'][0]:.1f}/{report['load_average']['end'][0]:.1f}",
         '',
-        '| press | alpha | KV kept | prefill (s) | decode (ms/token) | tokens | e2e (s) '
-        '| EM | F1 | contains | hit max |',
+        '| press | alpha | KV kept | prefill s, median | decode ms/token, median (mean) '
+        '| tokens | e2e s, median (mean) | EM | F1 | contains | hit max |',
         '|---|---|---|---|---|---|---|---|---|---|---|',
     ]
     for row in report['results']:
         lines.append(
             f"| {row['press']} | {row['alpha']:.2f} | {row['kv_kept']:.2f} "
-            f"| {row['prefill_s']:.2f} | {row['decode_ms_per_token']:.1f} "
-            f"| {row['tokens']:.1f} | {row['e2e_s']:.2f} | {row['em']:.2f} | {row['f1']:.2f} "
-            f"| {row['contains']:.2f} | {row['hit_max_tokens']}/{row['prompts']} |")
+            f"| {row['prefill_s_median']:.2f} | {row['decode_ms_per_token_median']:.1f} "
+            f"({row['decode_ms_per_token']:.1f}) | {row['tokens']:.1f} "
+            f"| {row['e2e_s_median']:.2f} ({row['e2e_s']:.2f}) | {row['em']:.2f} "
+            f"| {row['f1']:.2f} | {row['contains']:.2f} "
+            f"| {row['hit_max_tokens']}/{row['prompts']} |")
     lines += [
         '',
-        'Means over the prompts. KV kept: cache length after prefill / prompt tokens. '
-        'decode: mean over prompts of the mean decode step (tokens after the first). '
+        'Over the prompts: quality and tokens are means; times are medians, means in brackets '
+        '(a burst of other load on the machine slows a few runs several-fold and pulls the '
+        'mean; per-prompt times are in the JSON). '
+        'KV kept: cache length after prefill / prompt tokens. '
+        'decode: per prompt, the mean decode step (tokens after the first). '
         'e2e: prefill + decode (depends on the answer length, which eviction changes). '
         'EM/F1: normalised exact match and token F1, best over the reference answers; '
         'contains: a normalised reference occurs in the output. hit max: outputs cut at '
@@ -247,6 +268,17 @@ def markdown(report: dict) -> str:
         'alpha = 0 evicts nothing and is run once for all presses.',
     ]
     return '\n'.join(lines) + '\n'
+
+
+def write_report(report: dict, out: str) -> None:
+    """Print the markdown table and write it to ``out``.md, the report to ``out``.json."""
+    table = markdown(report)
+    print(table, end='')
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out + '.md', 'w', encoding='utf-8') as handle:
+        handle.write(table)
+    with open(out + '.json', 'w', encoding='utf-8') as handle:
+        json.dump(report, handle, indent=1)
 
 
 def machine() -> str:
@@ -285,6 +317,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--out', default=None,
                         help='output path without suffix (.md and .json are written); '
                         'default results/bench_eviction, results/tmp/... with --quick')
+    parser.add_argument('--render', metavar='JSON', default=None,
+                        help='no model run: re-summarise the per-prompt runs of a saved '
+                        'results JSON and write the table and JSON again')
     parser.add_argument('--answers', default=None,
                         help='also write every answer with its reference to this JSONL '
                         '(third-party text: do not commit it)')
@@ -304,6 +339,15 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     """Run the sweep, print the markdown table and write it with the JSON results."""
     args = parse_args(argv)
+    if args.render:
+        with open(args.render, encoding='utf-8') as handle:
+            report = json.load(handle)
+        report['rendered'] = 'python -m timebill_ros.cli.bench_eviction ' + shlex.join(
+            sys.argv[1:] if argv is None else list(argv))
+        report['results'] = [{'press': run['press'], 'alpha': run['alpha'],
+                              **summarise(run['per_prompt'])} for run in report['runs']]
+        write_report(report, args.out)
+        return 0
     command = 'python -m timebill_ros.cli.bench_eviction ' + shlex.join(
         sys.argv[1:] if argv is None else list(argv))
     t_start = time.monotonic()
@@ -378,13 +422,7 @@ def main(argv=None) -> int:
     }
     report['wall_s'] = time.monotonic() - t_start
     report['load_average'] = {'start': load_start, 'end': os.getloadavg()}
-    table = markdown(report)
-    print(table, end='')
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out + '.md', 'w', encoding='utf-8') as handle:
-        handle.write(table)
-    with open(args.out + '.json', 'w', encoding='utf-8') as handle:
-        json.dump(report, handle, indent=1)
+    write_report(report, args.out)
     if args.answers:
         with open(args.answers, 'w', encoding='utf-8') as handle:
             for row in answers:
