@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from timebill_ros.core.request import Mode, OverrunPolicy
+from timebill_ros.core.request import Mode, Outcome, OverrunPolicy
 
 POLICIES = {'kill': int(OverrunPolicy.KILL), 'skip_next': int(OverrunPolicy.SKIP_NEXT),
             'node_default': 2}
@@ -36,7 +36,6 @@ def main(argv=None) -> int:
     """Exit 0 when the answer met its deadline, 1 otherwise, 2 when rejected or unreachable."""
     args = parse_args(argv)
     import rclpy
-    from timebill_ros.action import Instruct
     from timebill_ros.ros.client import ClientTimeout, InstructClient, make_goal
 
     context = ''
@@ -63,8 +62,7 @@ def main(argv=None) -> int:
         print(f'REJECTED: {run.reject_reason or "no reason received"}')
         return 2
     res = run.result
-    outcome = {v: k for k, v in vars(Instruct.Result).items()
-               if k.isupper() and isinstance(v, int)}.get(res.outcome, str(res.outcome))
+    outcome = Outcome(res.outcome).name
     print(f'{outcome} deadline_met={res.deadline_met} tokens={res.tokens} '
           f'e2e={res.e2e_s:.3f}s (queue {res.queue_s:.3f}s, prefill {res.prefill_s:.3f}s, '
           f'decode {res.decode_s:.3f}s) budget={args.budget:g}s')

@@ -43,14 +43,12 @@ def start_node(params_file: str, extra: list, timeout_s: float = 300.0) -> subpr
 
 def show(title: str, run) -> None:
     """Print one goal's outcome."""
-    from timebill_ros.action import Instruct
-    names = {v: k for k, v in vars(Instruct.Result).items()
-             if k.isupper() and isinstance(v, int)}
+    from timebill_ros.core.request import Outcome
     if not run.accepted:
         print(f'\n  -> {title}: REJECTED ({run.reject_reason})\n')
         return
     res = run.result
-    print(f'\n  -> {title}: {names[res.outcome]}, deadline_met={res.deadline_met}, '
+    print(f'\n  -> {title}: {Outcome(res.outcome).name}, deadline_met={res.deadline_met}, '
           f'{res.tokens} tokens, e2e {res.e2e_s:.2f} s\n     reason: {res.reason}\n')
 
 

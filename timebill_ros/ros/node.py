@@ -7,6 +7,7 @@ from pathlib import Path
 import socket
 import sys
 import threading
+import time
 from typing import Callable
 
 import rclpy
@@ -229,7 +230,7 @@ class TimebillNode(Node):
 
     def _admit(self, spec, key: str) -> Job:
         """Validate, tokenize and plan a goal; raise Rejection with the reason."""
-        accepted_at = DeadlineClock.start(0.0).accepted_at
+        accepted_at = time.monotonic()  # the budget counts from arrival, validation included
         request = validate(spec, self.limits)
         clock = DeadlineClock(accepted_at, request.budget_s)
         ids = prompt_ids(self.loaded.tokenizer, request.instruction, request.context,
@@ -396,10 +397,11 @@ class TimebillNode(Node):
             self._jobs.pop(key, None)
         result = job.result
         if result.outcome == Outcome.CANCELED:
-            waited = 0.0
-            while not goal_handle.is_cancel_requested and waited < CANCEL_STATE_WAIT_S:
-                job.done.wait(0.01)
-                waited += 0.01
+            # job.done is already set, so pause on a fresh event: rclpy marks the goal
+            # CANCELING only after the cancel callback returns.
+            pause, give_up = threading.Event(), time.monotonic() + CANCEL_STATE_WAIT_S
+            while not goal_handle.is_cancel_requested and time.monotonic() < give_up:
+                pause.wait(0.01)
             if goal_handle.is_cancel_requested:
                 goal_handle.canceled()
             else:
