@@ -72,3 +72,11 @@ def test_time_margin_keeps_reserve():
         req(Mode.EVICTION), 2000, full)
     assert plan.eviction_ratio > 0
     assert plan.est_wcet_s == pytest.approx(0.9 * full)
+
+
+def test_plan_reports_the_budget_range_eviction_covers():
+    plan = TimeBillPlanner(lambda: MODEL, MaxTokensPredictor(), alpha_max=0.9).plan(
+        req(Mode.EVICTION), 2000, 100.0)
+    assert plan.est_wcet_full_s == pytest.approx(MODEL.wcet(2000, 0.0, 100))
+    assert plan.est_wcet_alpha_max_s == pytest.approx(MODEL.wcet(2000, 0.9, 100))
+    assert plan.est_wcet_alpha_max_s < plan.est_wcet_full_s

@@ -25,6 +25,8 @@ class Plan:
     est_prefill_s: float = 0.0
     est_decode_s: float = 0.0
     est_wcet_s: float = 0.0
+    est_wcet_full_s: float = 0.0
+    est_wcet_alpha_max_s: float = 0.0
     feasible: bool = True
 
 
@@ -123,4 +125,7 @@ class TimeBillPlanner:
             predictor=self.predictor.name, worst_case_tokens=worst,
             pessimistic_factor=request.pessimistic_factor, eviction_ratio=alpha,
             press=self.press if alpha > 0.0 else '', est_prefill_s=prefill,
-            est_decode_s=wcet - prefill, est_wcet_s=wcet, feasible=feasible)
+            est_decode_s=wcet - prefill, est_wcet_s=wcet,
+            est_wcet_full_s=model.wcet(prompt_tokens, 0.0, worst),
+            est_wcet_alpha_max_s=model.wcet(prompt_tokens, self.alpha_max, worst),
+            feasible=feasible)

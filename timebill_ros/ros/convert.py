@@ -48,7 +48,8 @@ def plan_to_msg(plan: Plan) -> InferencePlan:
         pessimistic_factor=float(plan.pessimistic_factor),
         eviction_ratio=float(plan.eviction_ratio), press=plan.press,
         est_prefill_s=plan.est_prefill_s, est_decode_s=plan.est_decode_s,
-        est_wcet_s=plan.est_wcet_s, feasible=plan.feasible)
+        est_wcet_s=plan.est_wcet_s, est_wcet_full_s=plan.est_wcet_full_s,
+        est_wcet_alpha_max_s=plan.est_wcet_alpha_max_s, feasible=plan.feasible)
 
 
 def result_to_msg(result: JobResult) -> Instruct.Result:

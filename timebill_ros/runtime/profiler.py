@@ -21,7 +21,7 @@ class Grid:
     prefill_heldout: tuple = (128, 768, 1280, 2560, 3584)
     decode_fit: tuple = (16, 512, 1024, 2048, 3072, 4096)
     decode_heldout: tuple = (256, 768, 1536, 2560, 3584)
-    repeats: int = 3
+    repeats: int = 5
     decode_steps: int = 8
     warmup: int = 1
 
@@ -40,20 +40,28 @@ def _ids(loaded: LoadedModel, n: int, seed: int):
     return torch.randint(vocab // 10, vocab * 9 // 10, (1, n), generator=gen).to(loaded.device)
 
 
-def time_prefill(loaded: LoadedModel, n: int, repeats: int, warmup: int = 1) -> float:
-    """Median seconds of a prefill of n tokens (same call the engine makes)."""
+def time_prefill_grid(loaded: LoadedModel, lengths: Sequence[int], repeats: int,
+                      warmup: int = 1, progress: Callable[[], None] = lambda: None) -> dict:
+    """Return {n: median prefill seconds}, visiting the lengths round-robin.
+
+    Interleaving the repeats spreads slow drifts of the machine (thermal state,
+    neighbours) over all lengths instead of biasing whichever length ran then.
+    """
     import torch
     from transformers import DynamicCache
-    times = []
-    ids = _ids(loaded, n, n)
+    ids = {n: _ids(loaded, n, n) for n in lengths}
+    times: dict = {n: [] for n in lengths}
     with torch.inference_mode():
         for r in range(warmup + repeats):
-            t0 = time.monotonic()
-            out = loaded.model(input_ids=ids, past_key_values=DynamicCache(), use_cache=True)
-            int(out.logits[0, -1].argmax())
-            if r >= warmup:
-                times.append(time.monotonic() - t0)
-    return statistics.median(times)
+            for n in lengths:
+                t0 = time.monotonic()
+                out = loaded.model(input_ids=ids[n], past_key_values=DynamicCache(),
+                                   use_cache=True)
+                int(out.logits[0, -1].argmax())
+                if r >= warmup:
+                    times[n].append(time.monotonic() - t0)
+            progress()
+    return {n: statistics.median(ts) for n, ts in times.items()}
 
 
 def time_decode_steps(loaded: LoadedModel, lengths: Sequence[int], steps: int,
@@ -94,19 +102,21 @@ def calibrate(loaded: LoadedModel, grid: Grid = Grid(), progress: bool = True) -
     import torch
     import transformers
     from tqdm import tqdm
-    total = len(grid.prefill_fit) + len(grid.prefill_heldout) + 2
-    bar = tqdm(total=total, desc='calibrating', unit='grid point', disable=not progress)
-    prefill = {}
-    for n in (*grid.prefill_fit, *grid.prefill_heldout):
-        prefill[n] = time_prefill(loaded, n, grid.repeats, grid.warmup)
-        bar.update(1)
+    lengths = (*grid.prefill_fit, *grid.prefill_heldout)
+    bar = tqdm(total=grid.warmup + grid.repeats + 1, desc='calibrating', unit='pass',
+               disable=not progress)
+    prefill = time_prefill_grid(loaded, lengths, grid.repeats, grid.warmup,
+                                lambda: bar.update(1))
     decode = time_decode_steps(loaded, (*grid.decode_fit, *grid.decode_heldout),
                                grid.decode_steps, grid.repeats)
-    bar.update(2)
+    bar.update(1)
     bar.close()
-    a, b, c = fit_prefill(list(grid.prefill_fit), [prefill[n] for n in grid.prefill_fit])
+    # Weights 1/t^2 minimise relative error, the quantity MAPE and deadlines care about.
+    fit_t = [prefill[n] for n in grid.prefill_fit]
+    a, b, c = fit_prefill(list(grid.prefill_fit), fit_t, weights=[1 / t ** 2 for t in fit_t])
     fit_pts = [(decode[n][1], decode[n][0]) for n in grid.decode_fit]
-    p, q = fit_decode([x for x, _ in fit_pts], [t for _, t in fit_pts])
+    p, q = fit_decode([x for x, _ in fit_pts], [t for _, t in fit_pts],
+                      weights=[1 / t ** 2 for _, t in fit_pts])
     model = TimingModel(a, b, c, p, q)
     held_pre = [(n, prefill[n], model.prefill(n)) for n in grid.prefill_heldout]
     held_dec = [(decode[n][1], decode[n][0], model.step(decode[n][1]))
