@@ -109,3 +109,32 @@ def test_eviction_meets_a_budget_that_full_cache_misses(node, client):
                                     max_new_tokens=MAX_NEW), 60)
     assert not hopeless.accepted
     assert 'cannot meet the deadline' in hopeless.reject_reason
+
+
+def test_diagnostics_show_the_online_estimation_error(client):
+    import threading
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from diagnostic_msgs.msg import DiagnosticArray
+    seen = []
+    sub_node = rclpy.create_node('ete_diag_listener')
+    sub_node.create_subscription(DiagnosticArray, '/diagnostics', seen.append, 10)
+    executor = SingleThreadedExecutor()
+    executor.add_node(sub_node)
+    thread = threading.Thread(target=executor.spin, daemon=True)
+    thread.start()
+    try:
+        for _ in range(100):
+            if seen:
+                break
+            threading.Event().wait(0.1)
+        assert seen, 'no /diagnostics message'
+        values = {kv.key: kv.value for kv in seen[-1].status[0].values}
+    finally:
+        executor.shutdown(timeout_sec=2)
+        sub_node.destroy_node()
+    assert values['planner'] == 'TimeBillPlanner'
+    # Goals earlier in this module ran, so the ETE was compared with them and re-fit.
+    error = float(values['ete_abs_error_p50_pct'])
+    assert 0.0 <= error < 50.0
+    assert float(values['ete_step_s_per_kv_token']) > 0.0
