@@ -1,0 +1,37 @@
+"""Length buckets, predictor metrics and the data-derived pessimistic factor."""
+
+import pytest
+
+from timebill_ros.core.length import (
+    coverage, from_bucket, metrics, num_buckets, pessimistic_factor, to_bucket)
+
+
+def test_bucket_round_trip_is_an_upper_bound_within_one_bucket():
+    for length in range(0, 300):
+        n_hat = from_bucket(to_bucket(length, 16, 256), 16, 256)
+        assert min(length, 256) <= n_hat < min(length, 256) + 16 or n_hat == 256
+    assert to_bucket(0, 16, 256) == 0 and to_bucket(1, 16, 256) == 1
+    assert to_bucket(16, 16, 256) == 1 and to_bucket(17, 16, 256) == 2
+    assert to_bucket(10_000, 16, 256) == 16 == num_buckets(256, 16) - 1
+    with pytest.raises(ValueError):
+        to_bucket(-1, 16, 256)
+
+
+def test_metrics_known_values():
+    m = metrics([10, 20, 30], [10, 20, 40])
+    assert m['mae'] == pytest.approx(10 / 3)
+    assert m['rmse'] == pytest.approx((100 / 3) ** 0.5)
+    assert m['r2'] == pytest.approx(1 - 100 / 466.6667, rel=1e-4)
+    assert metrics([1, 2, 3], [1, 2, 3])['r2'] == 1.0
+
+
+def test_pessimistic_factor_reaches_the_quantile_and_no_less_suffices():
+    predicted = [100] * 10
+    actual = [50, 80, 100, 110, 120, 130, 150, 180, 200, 400]
+    k = pessimistic_factor(predicted, actual, 0.9, n_max=1000)
+    assert k == pytest.approx(2.0)
+    assert coverage(predicted, actual, k, 1000) >= 0.9
+    assert coverage(predicted, actual, k - 0.01, 1000) < 0.9
+    # The cap covers long answers: with N_max 150 every true length <= 150 is covered.
+    assert pessimistic_factor(predicted, [min(a, 150) for a in actual], 1.0, 150) == 1.5
+    assert pessimistic_factor(predicted, [10] * 10, 0.95, 1000) == 1.0

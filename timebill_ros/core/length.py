@@ -1,0 +1,64 @@
+"""Response-length buckets, predictor metrics and the pessimistic factor from data."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+
+def num_buckets(n_max: int, bucket_size: int) -> int:
+    """Return how many classes cover lengths 0..n_max with buckets of bucket_size."""
+    if n_max < 1 or bucket_size < 1:
+        raise ValueError('need n_max >= 1 and bucket_size >= 1')
+    return math.ceil(n_max / bucket_size) + 1
+
+
+def to_bucket(length: int, bucket_size: int, n_max: int) -> int:
+    """Return the class of a length: ceil(N / B), as TimeBill labels its training data."""
+    if length < 0:
+        raise ValueError(f'length must be >= 0 (got {length})')
+    return math.ceil(min(length, n_max) / bucket_size)
+
+
+def from_bucket(bucket: int, bucket_size: int, n_max: int) -> int:
+    """Return the predicted length N_hat = min(N_max, bucket * B)."""
+    return int(min(n_max, max(0, bucket) * bucket_size))
+
+
+def metrics(predicted: Sequence[float], actual: Sequence[float]) -> dict:
+    """Return MAE, RMSE and R^2 of length predictions."""
+    pred, act = np.asarray(predicted, dtype=float), np.asarray(actual, dtype=float)
+    if pred.shape != act.shape or act.size < 2:
+        raise ValueError('need two equally long sequences of 2 or more values')
+    err = pred - act
+    total = float(np.sum((act - act.mean()) ** 2))
+    return {'mae': float(np.mean(np.abs(err))), 'rmse': float(np.sqrt(np.mean(err ** 2))),
+            'r2': 1.0 - float(np.sum(err ** 2)) / total if total > 0 else float('nan')}
+
+
+def coverage(predicted: Sequence[float], actual: Sequence[float], factor: float,
+             n_max: int) -> float:
+    """Share of true lengths within the worst case min(N_max, ceil(k * N_hat))."""
+    pred, act = np.asarray(predicted, dtype=float), np.asarray(actual, dtype=float)
+    worst = np.minimum(n_max, np.ceil(factor * np.maximum(pred, 1.0)))
+    return float(np.mean(act <= worst))
+
+
+def pessimistic_factor(predicted: Sequence[float], actual: Sequence[float], quantile: float,
+                       n_max: int) -> float:
+    """Return the smallest k >= 1 whose worst case covers ``quantile`` of true lengths.
+
+    Lengths at N_max are covered by the cap whatever k is, so only the ratios
+    true / predicted of the others decide.
+    """
+    if not 0.0 < quantile <= 1.0:
+        raise ValueError(f'quantile must be in (0, 1] (got {quantile})')
+    pred = np.maximum(np.asarray(predicted, dtype=float), 1.0)
+    act = np.asarray(actual, dtype=float)
+    candidates = np.unique(np.concatenate([[1.0], np.maximum(1.0, act / pred)]))
+    for k in candidates:  # ascending; coverage is non-decreasing in k
+        if coverage(pred, act, float(k), n_max) >= quantile - 1e-12:
+            return float(k)
+    return float(candidates[-1])
