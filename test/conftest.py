@@ -20,8 +20,10 @@ os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
 class NodeProcess:
     """A timebill node started as a separate process, as users run it."""
 
-    def __init__(self, params: dict, ready_timeout: float = 120.0):
+    def __init__(self, params: dict, ready_timeout: float = 120.0, namespace: str = ''):
         args = [sys.executable, '-m', 'timebill_ros.ros.node', '--ros-args']
+        if namespace:
+            args += ['-r', f'__ns:={namespace}']
         for key, value in params.items():
             args += ['-p', f'{key}:={value}']
         self.proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE,

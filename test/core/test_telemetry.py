@@ -49,3 +49,16 @@ def test_levels():
     assert level_for(0.6, th) == Level.ERROR
     with pytest.raises(ValueError):
         Thresholds(0.6, 0.5)
+
+
+def test_length_and_ete_errors_in_summary():
+    tel = Telemetry(window=3)
+    assert math.isnan(tel.summary()['length_abs_error_mean'])
+    for predicted, actual in ((100, 80), (50, 70), (10, 10), (30, 31)):
+        tel.length_error(predicted, actual)
+    assert tel.summary()['length_abs_error_mean'] == pytest.approx((20 + 0 + 1) / 3)
+    tel.ete_error(-4.0)
+    tel.ete_error(float('nan'))  # ignored
+    tel.ete_error(2.0)
+    assert tel.summary()['ete_abs_error_p50_pct'] == pytest.approx(3.0)
+    assert tel.summary()['ete_error_last_pct'] == 2.0

@@ -24,6 +24,7 @@ def node(rclpy_context):
     proc = NodeProcess({'model': 'tiny-random', 'queue_length': QUEUE_LENGTH,
                         'diagnostics_period_s': 0.2, 'max_budget_s': 120.0,
                         'max_new_tokens_limit': 8000, 'calibrate_on_start': False,
+                        'length_predictor': 'max-new-tokens',
                         'miss_rate_warn': 0.05, 'miss_rate_error': 0.9})
     yield proc
     proc.stop()

@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     y = np.array([row['length'] for row in labels])
     rows, candidates = [], []
 
-    def evaluate(name, x, bucket_size, note=''):
+    def evaluate(name, x, bucket_size, note='', feature_name=''):
         # Weight decay chosen on the validation split: features outnumber prompts.
         fits = [(train_head(x[train], y[train], bucket_size, n_max, l2=l2), l2)
                 for l2 in (0.01, 1.0, 10.0, 100.0)]
@@ -92,6 +92,7 @@ def main(argv=None) -> int:
         m_test = metrics(head.predict(x[test]), y[test])
         rows.append({'predictor': name, 'buckets': note, 'l2': l2, 'val_mae': m_val['mae'],
                      **m_test})
+        head.features, head.target = feature_name, settings['model']
         candidates.append((m_val['mae'], name, head, x))
         return head, m_val
 
@@ -104,7 +105,7 @@ def main(argv=None) -> int:
             features[f'L{layer}-{kind}'] = np.stack([feats[r['id']][idx][li] for r in labels])
     best = None
     for key, x in features.items():
-        head, m_val = evaluate(f'target probe {key}', x, 16, f'{n_max // 16 + 1} x 16')
+        head, m_val = evaluate(f'target probe {key}', x, 16, f'{n_max // 16 + 1} x 16', key)
         if best is None or m_val['mae'] < best[1]:
             best = (key, m_val['mae'])
     key = best[0]
@@ -118,7 +119,7 @@ def main(argv=None) -> int:
              math.ceil(n_max / 10), '10 coarse')
     prompts = dict(select_prompts(load_model('embedded').tokenizer, 10 ** 6))
     minilm = minilm_embeddings([prompts[r['id']] for r in labels])
-    evaluate('all-MiniLM-L6-v2 encoder', minilm, 16, f'{n_max // 16 + 1} x 16')
+    evaluate('all-MiniLM-L6-v2 encoder', minilm, 16, f'{n_max // 16 + 1} x 16', 'minilm')
     evaluate('all-MiniLM-L6-v2 encoder, 5-class', minilm, math.ceil(n_max / 5), '5 coarse')
     evaluate('all-MiniLM-L6-v2 encoder, 10-class', minilm, math.ceil(n_max / 10), '10 coarse')
 

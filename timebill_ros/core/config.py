@@ -56,6 +56,10 @@ PARAMS = (
     Param('infeasible', 'reject', "When even alpha_max misses the deadline: 'reject' the goal "
           "(with the estimate) or run 'best_effort' at alpha_max.",
           choices=('reject', 'best_effort')),
+    Param('length_predictor', 'max-new-tokens', "Answer-length predictor: 'max-new-tokens' "
+          "(assume the cap; safe, pessimistic), 'rlp' (the shipped head, "
+          'timebill_ros/data/length_head.npz; experimental, see README) or a path to a head '
+          '.npz from timebill_ros.cli.train_length.'),
     Param('time_margin', 0.05, 'Fraction of the time left the planner keeps in reserve for '
           'estimation error.', 0.0, 0.5),
     Param('ete_window', 256, 'Timing samples kept for the online re-fit of the ETE.', 8, 100000),
@@ -91,6 +95,7 @@ class NodeConfig:
     alpha_max: float = 0.95
     press: str = 'snapkv'
     infeasible: str = 'reject'
+    length_predictor: str = 'max-new-tokens'
     time_margin: float = 0.05
     ete_window: int = 256
     ete_forgetting: float = 0.98

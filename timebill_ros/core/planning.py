@@ -33,8 +33,12 @@ class Plan:
 class Planner(Protocol):
     """Anything that turns a request into a plan (or raises Rejection)."""
 
-    def plan(self, request: Request, prompt_tokens: int, time_left_s: float) -> Plan:
-        """Plan a request whose prompt has ``prompt_tokens`` with ``time_left_s`` to go."""
+    def plan(self, request: Request, prompt_tokens: int, time_left_s: float,
+             predicted: int | None = None) -> Plan:
+        """Plan a request whose prompt has ``prompt_tokens`` with ``time_left_s`` to go.
+
+        ``predicted`` reuses an earlier length prediction for the same request.
+        """
 
 
 class FullModelPlanner:
@@ -42,7 +46,8 @@ class FullModelPlanner:
 
     name = 'full-model'
 
-    def plan(self, request: Request, prompt_tokens: int, time_left_s: float) -> Plan:
+    def plan(self, request: Request, prompt_tokens: int, time_left_s: float,
+             predicted: int | None = None) -> Plan:
         """Return a plan that only records the prompt length and the mode."""
         return Plan(mode=Mode.NONE, prompt_tokens=prompt_tokens,
                     pessimistic_factor=request.pessimistic_factor)
@@ -100,11 +105,13 @@ class TimeBillPlanner:
         self.timing, self.predictor = timing, predictor
         self.alpha_max, self.press, self.infeasible = alpha_max, press, infeasible
 
-    def plan(self, request: Request, prompt_tokens: int, time_left_s: float) -> Plan:
+    def plan(self, request: Request, prompt_tokens: int, time_left_s: float,
+             predicted: int | None = None) -> Plan:
         """Return the plan, or raise Rejection when the deadline cannot be met."""
         model = self.timing()
         target = time_left_s * (1.0 - self.time_margin)
-        predicted = int(self.predictor.predict(request, prompt_tokens))
+        if predicted is None:
+            predicted = int(self.predictor.predict(request, prompt_tokens))
         worst = worst_case_tokens(predicted, request.pessimistic_factor, request.max_new_tokens)
         if request.mode == Mode.NONE:
             alpha, wcet = 0.0, model.wcet(prompt_tokens, 0.0, worst)

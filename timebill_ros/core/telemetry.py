@@ -85,6 +85,7 @@ class Telemetry:
     _recent: deque = field(default=None, repr=False)
     _tpots: deque = field(default=None, repr=False)
     _ete_errors: deque = field(default=None, repr=False)
+    _length_errors: deque = field(default=None, repr=False)
     last_e2e_s: float = math.nan
 
     def __post_init__(self):
@@ -94,6 +95,7 @@ class Telemetry:
         self._recent = deque(maxlen=self.window)
         self._tpots = deque(maxlen=self.tpot_window)
         self._ete_errors = deque(maxlen=self.window)
+        self._length_errors = deque(maxlen=self.window)
 
     def accepted(self) -> None:
         """Count an accepted goal."""
@@ -118,6 +120,10 @@ class Telemetry:
         if math.isfinite(percent):
             self._ete_errors.append(percent)
 
+    def length_error(self, predicted: int, actual: int) -> None:
+        """Record predicted minus actual answer length (tokens) of a fully answered goal."""
+        self._length_errors.append(int(predicted) - int(actual))
+
     @property
     def miss_rate(self) -> float:
         """Share of recent deadline results that missed; NaN before any."""
@@ -140,6 +146,9 @@ class Telemetry:
             'last_e2e_s': self.last_e2e_s,
             'ete_abs_error_p50_pct': percentile([abs(e) for e in self._ete_errors], 50),
             'ete_error_last_pct': self._ete_errors[-1] if self._ete_errors else math.nan,
+            'length_abs_error_mean': (sum(abs(e) for e in self._length_errors)
+                                      / len(self._length_errors)
+                                      if self._length_errors else math.nan),
         })
         return out
 

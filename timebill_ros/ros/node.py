@@ -35,6 +35,8 @@ from timebill_ros.ros import convert
 from timebill_ros.ros.diagnostics import build_array, build_status
 from timebill_ros.runtime.engine import Engine
 from timebill_ros.runtime.model import cache_root, load_model, ModelLoadError, prompt_ids
+from timebill_ros.runtime.length_heads import LinearHead
+from timebill_ros.runtime.predictor import HeadPredictor, SHIPPED_HEAD
 from timebill_ros.runtime.presses import press_for_plan
 from timebill_ros.runtime.profiler import calibrate, Grid, QUICK
 from timebill_ros.srv import Calibrate, PlanInstruction
@@ -104,6 +106,7 @@ class TimebillNode(Node):
         if self.config.warm_up:
             self.engine.warm_up()
         self._model_lock = threading.Lock()
+        self.predictor = self._make_predictor(self.config.length_predictor)
         self.online: OnlineTimingModel | None = None
         self.profile_path = Path(self.config.profile) if self.config.profile else default_path(
             cache_root(), self.loaded.name, self.loaded.device, self.loaded.dtype)
@@ -154,6 +157,24 @@ class TimebillNode(Node):
 
     # -- execution-time estimator --------------------------------------------------------
 
+    def _make_predictor(self, choice: str):
+        """Build the answer-length predictor the parameter names (ValueError if unusable)."""
+        if choice == 'max-new-tokens':
+            return MaxTokensPredictor()
+        path = SHIPPED_HEAD if choice == 'rlp' else Path(choice)
+        if not path.is_file():
+            raise ValueError(f'length_predictor {choice!r}: no head file at {path}')
+        head = LinearHead.load(path)
+        if head.target != self.loaded.name:
+            # Lengths are distilled from one model; another model answers differently.
+            self.get_logger().warning(
+                f'length head {path} was trained on {head.target!r} answers, not '
+                f'{self.loaded.name!r}: using max-new-tokens instead')
+            return MaxTokensPredictor()
+        predictor = HeadPredictor.from_head(head, self.loaded)
+        self.get_logger().info(f'length predictor {predictor.name} from {path}')
+        return predictor
+
     def _load_or_calibrate(self) -> None:
         """Use the matching profile, calibrate when allowed, else plan without an ETE."""
         profile = None
@@ -193,7 +214,7 @@ class TimebillNode(Node):
                                         self.config.ete_forgetting)
         self.online.seed([tuple(p) for p in profile.prefill_points],
                          [tuple(p) for p in profile.decode_points])
-        self.planner = TimeBillPlanner(lambda: self.online.model, MaxTokensPredictor(),
+        self.planner = TimeBillPlanner(lambda: self.online.model, self.predictor,
                                        self.config.alpha_max, self.config.press,
                                        self.config.infeasible, self.config.time_margin)
         self.limits = self.config.limits({Mode.AUTO, Mode.NONE, Mode.EVICTION})
@@ -346,7 +367,8 @@ class TimebillNode(Node):
             return ended_before_start(job.clock, Outcome.SKIPPED, skip_reason, job.plan)
         try:
             # Re-plan with the time actually left after queueing.
-            plan = self.planner.plan(job.request, len(job.prompt_ids), job.clock.remaining())
+            plan = self.planner.plan(job.request, len(job.prompt_ids), job.clock.remaining(),
+                                     job.plan.predicted_tokens or None)
         except Rejection as exc:
             return ended_before_start(job.clock, Outcome.REJECTED,
                                       f'after {job.clock.elapsed():.3f} s in queue: {exc.reason}',
@@ -372,6 +394,9 @@ class TimebillNode(Node):
                                                result.e2e_s, result.step_times))
             if estimate:
                 self.telemetry.ete_error(error)
+            if result.outcome == Outcome.COMPLETED and result.plan.predicted_tokens:
+                # Only finished answers have a true length (a killed one was cut short).
+                self.telemetry.length_error(result.plan.predicted_tokens, result.tokens)
         stamp = self._stamp()
         telemetry = convert.telemetry_msg(job.key, job.request.request_id or job.key,
                                           job.request.policy, job.request.budget_s, result,

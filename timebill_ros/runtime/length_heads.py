@@ -19,6 +19,11 @@ class LinearHead:
     scale: np.ndarray
     bucket_size: int
     n_max: int
+    # What the head reads: 'L<layer>-last' / 'L<layer>-mean' (target prefill states) or
+    # 'minilm' (sentence encoder); see runtime/predictor.py.
+    features: str = ''
+    # The model whose answer lengths the head was distilled from.
+    target: str = ''
 
     def predict(self, features: np.ndarray) -> np.ndarray:
         """Return predicted lengths for rows of features."""
@@ -32,14 +37,17 @@ class LinearHead:
     def save(self, path) -> None:
         """Write the head as a small .npz."""
         np.savez(path, weight=self.weight, bias=self.bias, mean=self.mean, scale=self.scale,
-                 bucket_size=self.bucket_size, n_max=self.n_max)
+                 bucket_size=self.bucket_size, n_max=self.n_max, features=self.features,
+                 target=self.target)
 
     @classmethod
     def load(cls, path) -> 'LinearHead':
         """Read a head written by save()."""
         data = np.load(path)
         return cls(data['weight'], data['bias'], data['mean'], data['scale'],
-                   int(data['bucket_size']), int(data['n_max']))
+                   int(data['bucket_size']), int(data['n_max']),
+                   str(data['features']) if 'features' in data else '',
+                   str(data['target']) if 'target' in data else '')
 
 
 def train_head(features: np.ndarray, lengths: np.ndarray, bucket_size: int, n_max: int,

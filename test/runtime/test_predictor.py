@@ -1,0 +1,49 @@
+"""Length-predictor features match the model's own hidden states; heads plug in."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip('torch')
+
+from timebill_ros.core.request import Mode, OverrunPolicy, Request  # noqa: E402
+from timebill_ros.runtime.length_heads import LinearHead  # noqa: E402
+from timebill_ros.runtime.model import load_model, prompt_ids  # noqa: E402
+from timebill_ros.runtime.predictor import (  # noqa: E402
+    featurizer_for, HeadPredictor, TargetLayerFeatures)
+
+
+@pytest.fixture(scope='module')
+def tiny():
+    return load_model('tiny-random')
+
+
+def request(text, max_new=128):
+    return Request(text, '', 5.0, OverrunPolicy.KILL, Mode.NONE, max_new, 1.0)
+
+
+@pytest.mark.parametrize('layers, pooling', [(1, 'last'), (1, 'mean'), (2, 'last')])
+def test_partial_forward_equals_hf_hidden_states(tiny, layers, pooling):
+    req = request('How do robots plan a path?')
+    ids = prompt_ids(tiny.tokenizer, req.instruction)
+    with torch.inference_mode():
+        states = tiny.model(torch.tensor([ids]), output_hidden_states=True).hidden_states
+    ref = states[layers][0, -1] if pooling == 'last' else states[layers][0].mean(0)
+    got = TargetLayerFeatures(tiny, layers, pooling)(req)
+    assert np.allclose(got, ref.numpy(), atol=1e-5)
+
+
+def test_head_predictor_caps_at_max_new_tokens(tiny):
+    hidden = tiny.model.config.hidden_size
+    # A head whose bucket 16 always wins: predicts 16 * 16 = 256 tokens.
+    weight = np.zeros((17, hidden), dtype=np.float32)
+    bias = np.zeros(17, dtype=np.float32)
+    bias[16] = 1.0
+    head = LinearHead(weight, bias, np.zeros(hidden, np.float32), np.ones(hidden, np.float32),
+                      16, 256, 'L1-last', 'tiny-random')
+    predictor = HeadPredictor.from_head(head, tiny)
+    assert predictor.predict(request('hi', max_new=300), 10) == 256
+    assert predictor.predict(request('hi', max_new=100), 10) == 100
+    with pytest.raises(ValueError):
+        featurizer_for('L99-last', tiny)
+    with pytest.raises(ValueError):
+        featurizer_for('bogus', tiny)

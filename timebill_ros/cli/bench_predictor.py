@@ -1,0 +1,55 @@
+"""Benchmark: what the length predictor adds to a goal, relative to the target's prefill.
+
+For prompts of several lengths, times the shipped predictor (features + head)
+and a plain prefill of the same prompt, and prints the overhead ratio. On this
+CPU the predictor cannot run concurrently with prefill without slowing it, so
+the overhead is added, not hidden.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+
+
+def main(argv=None) -> int:
+    """Print predictor time, prefill time and their ratio per prompt length."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument('--lengths', default='128,512,1024,2048')
+    parser.add_argument('--repeats', type=int, default=3)
+    args = parser.parse_args(argv)
+    from timebill_ros.core.request import Mode, OverrunPolicy, Request
+    from timebill_ros.runtime.length_heads import LinearHead
+    from timebill_ros.runtime.model import load_model, prompt_ids
+    from timebill_ros.runtime.predictor import HeadPredictor, SHIPPED_HEAD
+    from timebill_ros.runtime.profiler import time_prefill_grid
+    loaded = load_model('embedded')
+    predictor = HeadPredictor.from_head(LinearHead.load(SHIPPED_HEAD), loaded)
+    print(f'predictor {predictor.name}; {platform.node()} {platform.machine()} '
+          f'{os.cpu_count()} cpus, {time.strftime("%Y-%m-%d")}\n')
+    print('| prompt tokens | predictor ms | prefill ms | overhead |\n|---|---|---|---|')
+    filler = 'The committee reviewed the quarterly maintenance report in detail. '
+    for n in (int(v) for v in args.lengths.split(',')):
+        context = filler * max(1, n // 12)
+        request = Request('Summarise the report.', context, 60.0, OverrunPolicy.KILL,
+                          Mode.NONE, 256, 1.0)
+        tokens = len(prompt_ids(loaded.tokenizer, request.instruction, request.context))
+        predictor.predict(request, tokens)  # warm up
+        times = []
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            predictor.predict(request, tokens)
+            times.append(time.perf_counter() - t0)
+        pred_s = statistics.median(times)
+        prefill_s = time_prefill_grid(loaded, [tokens], args.repeats)[tokens]
+        print(f'| {tokens} | {pred_s * 1000:.1f} | {prefill_s * 1000:.1f} | '
+              f'{pred_s / prefill_s:.1%} |')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

