@@ -60,7 +60,7 @@ PARAMS = (
           "(assume the cap; safe, pessimistic), 'rlp' (the shipped head, "
           'timebill_ros/data/length_head.npz; experimental, see README) or a path to a head '
           '.npz from timebill_ros.cli.train_length.'),
-    Param('time_margin', 0.05, 'Fraction of the time left the planner keeps in reserve for '
+    Param('time_margin', 0.10, 'Fraction of the time left the planner keeps in reserve for '
           'estimation error.', 0.0, 0.5),
     Param('ete_window', 256, 'Timing samples kept for the online re-fit of the ETE.', 8, 100000),
     Param('ete_forgetting', 0.98, 'Weight decay per newer sample in the online re-fit.',
@@ -96,7 +96,7 @@ class NodeConfig:
     press: str = 'snapkv'
     infeasible: str = 'reject'
     length_predictor: str = 'max-new-tokens'
-    time_margin: float = 0.05
+    time_margin: float = 0.10
     ete_window: int = 256
     ete_forgetting: float = 0.98
 

@@ -144,10 +144,16 @@ class OnlineTimingModel:
         if prefill_s > 0:
             self.prefill_samples.append((n_x, prefill_s))
         if step_times:
-            stride = max(1, len(step_times) // self.steps_per_goal)
-            for i in range(0, len(step_times), stride):
+            # Contiguous bins, each summarised by its mean: the WCET sums steps, so an
+            # occasional slow step (another process, GC) belongs in the estimate.
+            bins = np.array_split(np.asarray(step_times, dtype=float),
+                                  min(self.steps_per_goal, len(step_times)))
+            start = 0
+            for chunk in bins:
                 # Step i (0-based) appends answer token i + 1 with kv_after_prefill + i cached.
-                self.decode_samples.append((kv_after_prefill + i, step_times[i]))
+                middle = kv_after_prefill + start + (len(chunk) - 1) / 2.0
+                self.decode_samples.append((middle, float(chunk.mean())))
+                start += len(chunk)
         self.model = self._refit()
         return self.model
 

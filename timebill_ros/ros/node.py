@@ -104,7 +104,7 @@ class TimebillNode(Node):
         self.loaded = loader(self.config.model, self.config.device, self.config.dtype)
         self.engine = Engine(self.loaded, press_for_plan)
         if self.config.warm_up:
-            self.engine.warm_up()
+            self.engine.warm_up(press=self.config.press)
         self._model_lock = threading.Lock()
         self.predictor = self._make_predictor(self.config.length_predictor)
         self.online: OnlineTimingModel | None = None

@@ -55,11 +55,21 @@ class Engine:
         self.press_for_plan = press_for_plan
         self.clock = clock
 
-    def warm_up(self, tokens: int = 4) -> None:
-        """Run a short generation so the first real goal pays no lazy-init cost."""
+    def warm_up(self, tokens: int = 4, press: str = '') -> None:
+        """Run short generations so the first real goal pays no lazy-init cost.
+
+        With ``press`` set, one more runs under that kvpress press: importing
+        kvpress and its first compression take over a second, which would
+        otherwise land on the first evicting goal and overrun its estimate.
+        """
         with self.loaded.tokenizer_lock:
             ids = self.loaded.tokenizer('warm up')['input_ids']
         self.generate(ids, tokens, Plan(), lambda event: True)
+        if press and self.press_for_plan:
+            # Longer than SnapKV's 64-token observation window.
+            long_ids = (list(ids) * 80)[:160]
+            self.generate(long_ids, tokens, Plan(eviction_ratio=0.5, press=press),
+                          lambda event: True)
 
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, plan: Plan,
                  on_token: Callable[[TokenEvent], bool]) -> GenerationStats:
