@@ -72,3 +72,25 @@ def test_online_model_follows_a_slowdown():
     assert model.step(1000) == pytest.approx(slow.step(1000), rel=0.05)
     assert model.prefill(1000) == pytest.approx(slow.prefill(1000), rel=0.05)
     assert len(online.decode_samples) <= 64
+
+
+def test_online_drift_factor_closes_a_steady_slowdown_within_two_goals():
+    online = OnlineTimingModel(TRUE)
+    online.seed([(n, TRUE.prefill(n)) for n in (128, 512, 1024, 2048, 3072, 4096)] * 3,
+                [(n, TRUE.step(n)) for n in (16, 512, 1024, 2048, 3072, 4096)] * 3)
+    slow = TimingModel(*(1.1 * v for v in (TRUE.a, TRUE.b, TRUE.c, TRUE.p, TRUE.q)))
+    n = 1900
+    for _ in range(2):
+        model = online.observe(n, slow.prefill(n), n, [slow.step(n + i) for i in range(255)])
+    assert model.prefill(n) == pytest.approx(slow.prefill(n), rel=0.03)
+    assert model.decode(n, 256) == pytest.approx(slow.decode(n, 256), rel=0.03)
+    # A faster machine is followed the same way, and no sample moves the factor past 3x.
+    assert 1.0 < online.drift_decode <= 3.0
+
+
+def test_online_drift_gain_zero_keeps_the_plain_refit():
+    online = OnlineTimingModel(TRUE, drift_gain=0.0)
+    online.observe(1000, 2 * TRUE.prefill(1000), 1000, [2 * TRUE.step(1000 + i) for i in range(9)])
+    assert online.drift_prefill == online.drift_decode == 1.0
+    with pytest.raises(ValueError):
+        OnlineTimingModel(TRUE, drift_gain=1.5)

@@ -138,6 +138,7 @@ def test_diagnostics_show_the_online_estimation_error(client):
     error = float(values['ete_abs_error_p50_pct'])
     assert 0.0 <= error < 50.0
     assert float(values['ete_step_s_per_kv_token']) > 0.0
+    assert 0.3 < float(values['ete_drift_decode']) < 3.0
 
 
 def test_length_predictor_expects_a_longer_answer_for_an_essay(node):

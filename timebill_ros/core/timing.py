@@ -115,8 +115,14 @@ class OnlineTimingModel:
     """Refit the ETE after every served goal from a bounded, forgetting window of samples.
 
     Calibration samples seed the window; each served goal adds its prefill time
-    and a few of its decode steps. Older samples weigh ``forgetting``**age, so a
-    drift (thermal throttling, a competing process) shows up within a few goals.
+    and a few of its decode steps. Older samples weigh ``forgetting``**age.
+
+    The re-fit alone follows a uniform slowdown slowly (the calibration samples
+    still outvote a goal's few), so each phase also carries a drift factor: an
+    exponential average (weight ``drift_gain``) of measured / fitted time per
+    goal. ``model`` is the fit scaled by the drift factors. Under a steady
+    slowdown s the fit tends to some m between 1 and s and the factor to s / m,
+    so the product is s; right after a change it over-shoots, on the safe side.
     """
 
     model: TimingModel
@@ -125,13 +131,19 @@ class OnlineTimingModel:
     steps_per_goal: int = 8
     prefill_samples: deque = field(default=None)
     decode_samples: deque = field(default=None)
+    drift_gain: float = 0.5
+    drift_prefill: float = 1.0
+    drift_decode: float = 1.0
 
     def __post_init__(self):
         """Size the sample windows."""
         if self.capacity < 8 or not 0.0 < self.forgetting <= 1.0:
             raise ValueError('need capacity >= 8 and 0 < forgetting <= 1')
+        if not 0.0 <= self.drift_gain <= 1.0:
+            raise ValueError('drift_gain must be in [0, 1]')
         self.prefill_samples = deque(self.prefill_samples or (), maxlen=self.capacity)
         self.decode_samples = deque(self.decode_samples or (), maxlen=self.capacity)
+        self.fit = self.model
 
     def seed(self, prefill: Sequence[tuple], decode: Sequence[tuple]) -> None:
         """Add calibration samples (n, seconds) without refitting."""
@@ -141,6 +153,14 @@ class OnlineTimingModel:
     def observe(self, n_x: int, prefill_s: float, kv_after_prefill: int,
                 step_times: Sequence[float]) -> TimingModel:
         """Fold one served goal's timings in and refit; return the new model."""
+        decode_s = float(sum(step_times))
+        if prefill_s > 0:
+            self.drift_prefill = self._drift(self.drift_prefill, prefill_s,
+                                             self.fit.prefill(n_x))
+        if step_times:
+            self.drift_decode = self._drift(self.drift_decode, decode_s,
+                                            self.fit.decode(kv_after_prefill,
+                                                            len(step_times) + 1))
         if prefill_s > 0:
             self.prefill_samples.append((n_x, prefill_s))
         if step_times:
@@ -154,12 +174,22 @@ class OnlineTimingModel:
                 middle = kv_after_prefill + start + (len(chunk) - 1) / 2.0
                 self.decode_samples.append((middle, float(chunk.mean())))
                 start += len(chunk)
-        self.model = self._refit()
+        self.fit = self._refit()
+        f, g = self.drift_prefill, self.drift_decode
+        self.model = TimingModel(self.fit.a * f, self.fit.b * f, self.fit.c * f,
+                                 self.fit.p * g, self.fit.q * g)
         return self.model
 
+    def _drift(self, current: float, measured: float, fitted: float) -> float:
+        if fitted <= 0.0 or measured <= 0.0:
+            return current
+        # Clamped: one pathological goal (a suspended process) must not wreck plans.
+        ratio = min(3.0, max(1.0 / 3.0, measured / fitted))
+        return (1.0 - self.drift_gain) * current + self.drift_gain * ratio
+
     def _refit(self) -> TimingModel:
-        a, b, c = self.model.a, self.model.b, self.model.c
-        p, q = self.model.p, self.model.q
+        a, b, c = self.fit.a, self.fit.b, self.fit.c
+        p, q = self.fit.p, self.fit.q
         try:
             a, b, c = fit_prefill(*_xy(self.prefill_samples),
                                   weights=_ages(len(self.prefill_samples), self.forgetting))

@@ -453,7 +453,10 @@ class TimebillNode(Node):
                  'planner': type(self.planner).__name__}
         if self.online is not None:
             model = self.online.model
-            extra.update({'ete_step_s_per_kv_token': model.p, 'ete_step_base_s': model.q})
+            extra.update({'ete_step_s_per_kv_token': model.p, 'ete_step_base_s': model.q,
+                          # measured / fitted time per phase: > 1 means slower than calibrated
+                          'ete_drift_prefill': round(self.online.drift_prefill, 4),
+                          'ete_drift_decode': round(self.online.drift_decode, 4)})
         status = build_status(f'{self.get_name()}: deadlines', self.hardware_id, summary,
                               extra, self.config.thresholds())
         self._diagnostics.publish(build_array(status, self._stamp()))
