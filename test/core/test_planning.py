@@ -1,5 +1,7 @@
 """TimeBill planner: mode handling, alpha*, infeasible policies."""
 
+from dataclasses import replace
+
 import pytest
 
 from timebill_ros.core.planning import MaxTokensPredictor, TimeBillPlanner
@@ -80,3 +82,13 @@ def test_plan_reports_the_budget_range_eviction_covers():
     assert plan.est_wcet_full_s == pytest.approx(MODEL.wcet(2000, 0.0, 100))
     assert plan.est_wcet_alpha_max_s == pytest.approx(MODEL.wcet(2000, 0.9, 100))
     assert plan.est_wcet_alpha_max_s < plan.est_wcet_full_s
+
+
+def test_fixed_ratio_and_caller_length_override_the_planner():
+    planner = TimeBillPlanner(lambda: MODEL, MaxTokensPredictor())
+    request = req(Mode.EVICTION, max_new=200)
+    fixed = planner.plan(replace(request, eviction_ratio=0.25, expected_tokens=40), 1000, 1e-3)
+    assert fixed.eviction_ratio == 0.25 and not fixed.feasible  # runs as asked, flagged late
+    assert fixed.predicted_tokens == 40 and fixed.predictor == 'caller'
+    assert fixed.worst_case_tokens == 40
+    assert fixed.est_wcet_s == pytest.approx(MODEL.wcet(1000, 0.25, 40))

@@ -56,3 +56,19 @@ def test_prompt_over_context_window():
     check_prompt_fits(10, 11)
     with pytest.raises(Rejection, match='context window'):
         check_prompt_fits(11, 11)
+
+
+def test_fixed_eviction_ratio_needs_eviction_mode_and_a_range():
+    from timebill_ros.core.request import Mode
+    limits = Limits(supported_modes=frozenset(Mode), alpha_max=0.9)
+    ok = validate(GoalSpec('hi', budget_s=1.0, mode=int(Mode.EVICTION), eviction_ratio=0.5,
+                           expected_tokens=12), limits)
+    assert ok.eviction_ratio == 0.5 and ok.expected_tokens == 12
+    for bad, why in ((dict(eviction_ratio=0.95), 'eviction_ratio must be in'),
+                     (dict(eviction_ratio=float('nan')), 'eviction_ratio must be in'),
+                     (dict(eviction_ratio=0.5, mode=int(Mode.NONE)), 'needs MODE_EVICTION'),
+                     (dict(expected_tokens=-1), 'expected_tokens must be')):
+        fields = dict(budget_s=1.0, mode=int(Mode.EVICTION))
+        fields.update(bad)
+        with pytest.raises(Rejection, match=why):
+            validate(GoalSpec('hi', **fields), limits)

@@ -111,6 +111,18 @@ def test_eviction_meets_a_budget_that_full_cache_misses(node, client):
     assert 'cannot meet the deadline' in hopeless.reject_reason
 
 
+def test_fixed_eviction_ratio_and_caller_length_through_the_action(client):
+    run = client.ask(make_goal(INSTRUCTION, 120.0, CONTEXT, mode=G.MODE_EVICTION,
+                               max_new_tokens=4, eviction_ratio=0.5, expected_tokens=3), 300)
+    res = run.result
+    assert run.accepted and res.outcome == R.COMPLETED and res.deadline_met
+    assert res.plan.eviction_ratio == pytest.approx(0.5) and res.plan.press == 'snapkv'
+    assert res.plan.predictor == 'caller' and res.plan.predicted_tokens == 3
+    bad = client.ask(make_goal(INSTRUCTION, 120.0, CONTEXT, mode=G.MODE_NONE,
+                               eviction_ratio=0.5), 60)
+    assert not bad.accepted and 'needs MODE_EVICTION' in bad.reject_reason
+
+
 def test_diagnostics_show_the_online_estimation_error(client):
     import threading
     import rclpy

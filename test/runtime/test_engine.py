@@ -49,3 +49,15 @@ def test_bad_sources_fail_clearly():
         load_model('/nonexistent/model')
     with pytest.raises(ModelLoadError, match='dtype'):
         load_model('tiny-random', dtype='int3')
+
+
+def test_int8_dynamic_quantisation_loads_and_generates():
+    import torch
+    loaded = load_model('tiny-random', dtype='int8-dynamic')
+    assert loaded.dtype == 'int8-dynamic'
+    modules = list(loaded.model.modules())
+    assert not any(type(m) is torch.nn.Linear for m in modules)  # every one quantised
+    assert any(isinstance(m, torch.ao.nn.quantized.dynamic.Linear) for m in modules)
+    stats = Engine(loaded).generate(loaded.tokenizer('hello')['input_ids'], 5, Plan(),
+                                    lambda event: True)
+    assert stats.tokens == 5 or stats.stop == 'eos'

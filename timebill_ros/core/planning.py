@@ -110,11 +110,17 @@ class TimeBillPlanner:
         """Return the plan, or raise Rejection when the deadline cannot be met."""
         model = self.timing()
         target = time_left_s * (1.0 - self.time_margin)
-        if predicted is None:
+        predictor = self.predictor.name
+        if request.expected_tokens > 0:
+            predicted, predictor = request.expected_tokens, 'caller'
+        elif predicted is None:
             predicted = int(self.predictor.predict(request, prompt_tokens))
         worst = worst_case_tokens(predicted, request.pessimistic_factor, request.max_new_tokens)
-        if request.mode == Mode.NONE:
-            alpha, wcet = 0.0, model.wcet(prompt_tokens, 0.0, worst)
+        if request.mode == Mode.NONE or request.eviction_ratio > 0.0:
+            # No choice to make: full cache, or the caller's fixed ratio. Runs even when
+            # the estimate misses (the caller asked for exactly this); plan.feasible says.
+            alpha = request.eviction_ratio
+            wcet = model.wcet(prompt_tokens, alpha, worst)
             feasible = wcet <= target
         else:
             decision = solve_alpha(model, prompt_tokens, worst, target, self.alpha_max)
@@ -129,7 +135,7 @@ class TimeBillPlanner:
         return Plan(
             mode=Mode.NONE if request.mode == Mode.NONE else Mode.EVICTION,
             prompt_tokens=prompt_tokens, predicted_tokens=predicted,
-            predictor=self.predictor.name, worst_case_tokens=worst,
+            predictor=predictor, worst_case_tokens=worst,
             pessimistic_factor=request.pessimistic_factor, eviction_ratio=alpha,
             press=self.press if alpha > 0.0 else '', est_prefill_s=prefill,
             est_decode_s=wcet - prefill, est_wcet_s=wcet,

@@ -59,6 +59,8 @@ class GoalSpec:
     max_new_tokens: int = 0
     pessimistic_factor: float = 0.0
     request_id: str = ''
+    eviction_ratio: float = 0.0
+    expected_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,7 @@ class Limits:
     default_policy: OverrunPolicy = OverrunPolicy.KILL
     supported_modes: frozenset = frozenset({Mode.AUTO, Mode.NONE})
     max_instruction_chars: int = 200_000
+    alpha_max: float = 0.95
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,9 @@ class Request:
     max_new_tokens: int
     pessimistic_factor: float
     request_id: str = ''
+    # Fixed eviction ratio (0 = planner's choice) and caller's length estimate (0 = none).
+    eviction_ratio: float = 0.0
+    expected_tokens: int = 0
 
 
 def _enum_value(enum_type, value, what: str):
@@ -131,10 +137,18 @@ def validate(spec: GoalSpec, limits: Limits) -> Request:
         factor = limits.default_pessimistic_factor
     elif factor < 1.0:
         raise Rejection(f'pessimistic_factor must be >= 1 or 0 for the default (got {factor:g})')
+    ratio = float(spec.eviction_ratio)
+    if not math.isfinite(ratio) or ratio < 0.0 or ratio > limits.alpha_max:
+        raise Rejection(f'eviction_ratio must be in [0, {limits.alpha_max:g}] (got {ratio:g})')
+    if ratio > 0.0 and mode != Mode.EVICTION:
+        raise Rejection(f'a fixed eviction_ratio needs MODE_EVICTION (got mode {mode.name})')
+    expected = int(spec.expected_tokens)
+    if expected < 0:
+        raise Rejection(f'expected_tokens must be >= 0 (got {expected})')
     return Request(
         instruction=spec.instruction, context=spec.context or '', budget_s=budget,
         policy=policy, mode=mode, max_new_tokens=max_new, pessimistic_factor=factor,
-        request_id=spec.request_id)
+        request_id=spec.request_id, eviction_ratio=ratio, expected_tokens=expected)
 
 
 def check_prompt_fits(prompt_tokens: int, context_window: int) -> None:

@@ -36,7 +36,10 @@ def spec_from(msg, request_id: str = '') -> GoalSpec:
         instruction=msg.instruction, context=msg.context, budget_s=duration_to_s(msg.budget),
         overrun_policy=msg.overrun_policy, mode=msg.mode, max_new_tokens=msg.max_new_tokens,
         pessimistic_factor=msg.pessimistic_factor,
-        request_id=request_id or getattr(msg, 'id', ''))
+        request_id=request_id or getattr(msg, 'id', ''),
+        # The Instruction topic message does not carry these (yet): defaults.
+        eviction_ratio=getattr(msg, 'eviction_ratio', 0.0),
+        expected_tokens=getattr(msg, 'expected_tokens', 0))
 
 
 def plan_to_msg(plan: Plan) -> InferencePlan:

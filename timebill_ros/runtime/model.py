@@ -16,7 +16,9 @@ EMBEDDED = 'embedded'
 TINY_RANDOM = 'tiny-random'
 EMBEDDED_GGUF = 'SmolLM2-135M-Instruct.Q4_1.gguf'
 EMBEDDED_NAME = 'SmolLM2-135M-Instruct'
-DTYPES = ('float32', 'bfloat16', 'float16')
+# int8-dynamic: float32 weights quantised to int8 per tensor by torch's dynamic quantisation
+# of every nn.Linear (activations stay float): the CPU stand-in for TimeBill's AWQ row.
+DTYPES = ('float32', 'bfloat16', 'float16', 'int8-dynamic')
 DEVICES = ('cpu', 'cuda', 'auto')
 
 
@@ -173,8 +175,14 @@ def load_model(source: str = EMBEDDED, device: str = 'cpu',
         dev = resolve_device(device)
         path, name = resolve_source(source)
         tok = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+        quantize = dtype == 'int8-dynamic'
+        if quantize and dev != 'cpu':
+            raise ModelLoadError('dtype int8-dynamic runs on the CPU only')
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=torch.float32 if quantize else getattr(torch, dtype))
         model.to(dev).eval()
+        if quantize:
+            model = quantize_int8_dynamic(model)
     except ModelLoadError:
         raise
     except Exception as exc:  # noqa: BLE001 - report any loader failure with its cause
@@ -188,6 +196,18 @@ def load_model(source: str = EMBEDDED, device: str = 'cpu',
         model=model, tokenizer=tok, name=name, device=dev, dtype=dtype,
         context_window=int(model.config.max_position_embeddings),
         num_layers=int(model.config.num_hidden_layers), eos_ids=eos_ids)
+
+
+def quantize_int8_dynamic(model):
+    """Quantise every nn.Linear of ``model`` to int8 weights (dynamic activations)."""
+    import warnings
+    import torch
+    with warnings.catch_warnings():
+        # torch marks eager-mode quantisation deprecated in favour of torchao, which is
+        # not in this environment; the API still works in the pinned torch.
+        warnings.simplefilter('ignore')
+        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear},
+                                                      dtype=torch.qint8)
 
 
 def prompt_ids(tokenizer, instruction: str, context: str = '', lock=None) -> list:
