@@ -47,3 +47,20 @@ def test_head_predictor_caps_at_max_new_tokens(tiny):
         featurizer_for('L99-last', tiny)
     with pytest.raises(ValueError):
         featurizer_for('bogus', tiny)
+
+
+def test_long_prompts_are_shortened_to_head_and_tail(tiny):
+    req = Request('Summarise the text.', ' '.join(f'word{i}' for i in range(400)),
+                  5.0, OverrunPolicy.KILL, Mode.NONE, 64, 1.0)
+    ids = prompt_ids(tiny.tokenizer, req.instruction, req.context)
+    assert len(ids) > 200
+    kept = ids[:32] + ids[-(100 - 32):]
+    with torch.inference_mode():
+        states = tiny.model(torch.tensor([kept]), output_hidden_states=True).hidden_states
+    got = TargetLayerFeatures(tiny, 2, 'last', max_tokens=100)(req)
+    assert np.allclose(got, states[2][0, -1].numpy(), atol=1e-5)
+    short = request('How do robots plan a path?')  # under the bound: untouched
+    assert np.allclose(TargetLayerFeatures(tiny, 2, 'last', max_tokens=100)(short),
+                       TargetLayerFeatures(tiny, 2, 'last')(short))
+    with pytest.raises(ValueError):
+        TargetLayerFeatures(tiny, 2, 'last', max_tokens=64)

@@ -61,6 +61,8 @@ PARAMS = (
           "(assume the cap; safe, pessimistic), 'rlp' (the shipped head, "
           'timebill_ros/data/length_head.npz; experimental, see README) or a path to a head '
           '.npz from timebill_ros.cli.train_length.'),
+    Param('length_predictor_max_tokens', 256, 'Longest input the length predictor reads; '
+          'longer prompts keep their first 32 and last tokens (bounds its cost).', 65, 8192),
     Param('time_margin', 0.10, 'Fraction of the time left the planner keeps in reserve for '
           'estimation error.', 0.0, 0.5),
     Param('ete_window', 256, 'Timing samples kept for the online re-fit of the ETE.', 8, 100000),
@@ -97,6 +99,7 @@ class NodeConfig:
     press: str = 'snapkv'
     infeasible: str = 'reject'
     length_predictor: str = 'max-new-tokens'
+    length_predictor_max_tokens: int = 256
     time_margin: float = 0.10
     ete_window: int = 256
     ete_forgetting: float = 0.98

@@ -171,7 +171,8 @@ class TimebillNode(Node):
                 f'length head {path} was trained on {head.target!r} answers, not '
                 f'{self.loaded.name!r}: using max-new-tokens instead')
             return MaxTokensPredictor()
-        predictor = HeadPredictor.from_head(head, self.loaded)
+        predictor = HeadPredictor.from_head(head, self.loaded,
+                                            self.config.length_predictor_max_tokens)
         self.get_logger().info(f'length predictor {predictor.name} from {path}')
         return predictor
 

@@ -31,8 +31,19 @@ def user_content(request: Request) -> str:
 class TargetLayerFeatures:
     """Hidden state of the target model after its first ``layers`` decoder layers."""
 
-    def __init__(self, loaded: LoadedModel, layers: int, pooling: str):
-        """Keep the model; ``pooling`` is 'last' (last prompt token) or 'mean'."""
+    HEAD_TOKENS = 32  # chat-template prefix kept when the prompt is shortened
+
+    def __init__(self, loaded: LoadedModel, layers: int, pooling: str, max_tokens: int = 0):
+        """Keep the model; ``pooling`` is 'last' (last prompt token) or 'mean'.
+
+        ``max_tokens`` > 0 bounds the predictor's cost on long prompts (as TimeBill
+        compresses the predictor's input): longer prompts keep their first 32 tokens
+        (template, system turn) and their last ``max_tokens - 32`` (the instruction
+        sits at the end); the middle of the context is dropped.
+        """
+        if max_tokens and max_tokens <= 2 * self.HEAD_TOKENS:
+            raise ValueError(f'max_tokens must be 0 or > {2 * self.HEAD_TOKENS}')
+        self.max_tokens = int(max_tokens)
         if pooling not in ('last', 'mean'):
             raise ValueError(f'unknown pooling {pooling!r}')
         if not 1 <= layers <= loaded.num_layers:
@@ -45,6 +56,8 @@ class TargetLayerFeatures:
         inner = self.loaded.model.model
         ids = prompt_ids(self.loaded.tokenizer, request.instruction, request.context,
                          lock=self.loaded.tokenizer_lock)
+        if self.max_tokens and len(ids) > self.max_tokens:
+            ids = ids[:self.HEAD_TOKENS] + ids[len(ids) - (self.max_tokens - self.HEAD_TOKENS):]
         with torch.inference_mode():
             x = torch.tensor([ids], device=self.loaded.device)
             hidden = inner.embed_tokens(x)
@@ -87,14 +100,14 @@ class MiniLMFeatures:
             return ((hidden * mask).sum(1) / mask.sum(1))[0].numpy()
 
 
-def featurizer_for(name: str, loaded: LoadedModel):
-    """Build the feature extractor a head was trained on."""
+def featurizer_for(name: str, loaded: LoadedModel, max_tokens: int = 0):
+    """Build the feature extractor a head was trained on (``max_tokens``: input bound)."""
     if name == 'minilm':
         return MiniLMFeatures()
     match = re.fullmatch(r'L(\d+)-(last|mean)', name)
     if not match:
         raise ValueError(f'unknown length-predictor features {name!r}')
-    return TargetLayerFeatures(loaded, int(match.group(1)), match.group(2))
+    return TargetLayerFeatures(loaded, int(match.group(1)), match.group(2), max_tokens)
 
 
 class HeadPredictor:
@@ -105,9 +118,10 @@ class HeadPredictor:
         self.head, self.featurizer, self.name = head, featurizer, name
 
     @classmethod
-    def from_head(cls, head: LinearHead, loaded: LoadedModel) -> 'HeadPredictor':
+    def from_head(cls, head: LinearHead, loaded: LoadedModel,
+                  max_tokens: int = 0) -> 'HeadPredictor':
         """Pair a trained head with the featurizer it needs."""
-        return cls(head, featurizer_for(head.features, loaded),
+        return cls(head, featurizer_for(head.features, loaded, max_tokens),
                    f'rlp-{head.features}-b{head.bucket_size}')
 
     def predict(self, request: Request, prompt_tokens: int) -> int:

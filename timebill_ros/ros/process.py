@@ -1,0 +1,50 @@
+"""Start a timebill node as a separate process, as users run it, and wait until it serves."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class NodeProcess:
+    """A timebill node in its own process; ``stop`` ends it (SIGINT, then kill)."""
+
+    def __init__(self, params: dict, ready_timeout: float = 120.0, namespace: str = ''):
+        """Start ``python -m timebill_ros.ros.node`` with ``params``; wait for its ready line."""
+        args = [sys.executable, '-m', 'timebill_ros.ros.node', '--ros-args']
+        if namespace:
+            args += ['-r', f'__ns:={namespace}']
+        for key, value in params.items():
+            args += ['-p', f'{key}:={value}']
+        self.proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        self.lines = []
+        self._ready = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+        if not self._ready.wait(ready_timeout):
+            self.stop()
+            raise RuntimeError('node not ready:\n' + ''.join(self.lines[-30:]))
+        if self.proc.poll() is not None:
+            raise RuntimeError('node exited at start:\n' + ''.join(self.lines[-30:]))
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if ']: ready:' in line:
+                self._ready.set()
+        self._ready.set()  # the process ended: stop waiting
+
+    def stop(self):
+        """Stop the node: SIGINT, then kill after 10 s."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
