@@ -20,7 +20,7 @@ class StepEngine:
     def __init__(self, clock, step, words=10, fail_at=None):
         self.clock, self.step, self.words, self.fail_at = clock, step, words, fail_at
 
-    def generate(self, prompt_ids, max_new_tokens, plan, on_token):
+    def generate(self, prompt_ids, max_new_tokens, plan, on_token, token_budget=None):
         stats = GenerationStats(prefill_s=self.step)
         self.clock.t += self.step
         for i in range(min(self.words, max_new_tokens)):

@@ -92,3 +92,42 @@ def test_fixed_ratio_and_caller_length_override_the_planner():
     assert fixed.predicted_tokens == 40 and fixed.predictor == 'caller'
     assert fixed.worst_case_tokens == 40
     assert fixed.est_wcet_s == pytest.approx(MODEL.wcet(1000, 0.25, 40))
+
+
+def _ee(first=10, layers=30):
+    from timebill_ros.core.early_exit import ExitRule, LayerTimes
+    from timebill_ros.core.planning import EarlyExitConfig
+    return EarlyExitConfig(ExitRule((first, 20)), LayerTimes(tuple([1.0] * layers), 0.0),
+                           tpot_jitter=0.0)
+
+
+def test_early_exit_plans_on_the_earliest_exit_cost():
+    planner = TimeBillPlanner(lambda: MODEL, MaxTokensPredictor(), early_exit=_ee())
+    plan = planner.plan(req(Mode.EARLY_EXIT), 2000, 100.0)
+    assert plan.mode == Mode.EARLY_EXIT and plan.exit_layers == (10, 20)
+    share = 10 / 30
+    assert plan.est_wcet_s == pytest.approx(MODEL.prefill(2000) + share * MODEL.decode(2000, 100))
+    with pytest.raises(Rejection, match='not configured'):
+        TimeBillPlanner(lambda: MODEL, MaxTokensPredictor()).plan(req(Mode.EARLY_EXIT), 10, 9.0)
+
+
+def test_auto_falls_back_to_eviction_plus_early_exit_when_eviction_alone_misses():
+    planner = TimeBillPlanner(lambda: MODEL, MaxTokensPredictor(), early_exit=_ee())
+    budget = MODEL.wcet(2000, 0.95, 100) * 0.8  # infeasible at alpha_max
+    plan = planner.plan(req(Mode.AUTO), 2000, budget)
+    assert plan.mode == Mode.EARLY_EXIT and plan.eviction_ratio == pytest.approx(0.95)
+    assert plan.feasible
+
+
+def test_per_token_deadline_schedulability():
+    planner = TimeBillPlanner(lambda: MODEL, MaxTokensPredictor(), early_exit=_ee(),
+                              tpot_jitter=0.1)
+    last_step = MODEL.step(2000 + 99)  # full depth, last token
+    ok = planner.plan(replace(req(Mode.NONE), token_deadline_s=last_step * 1.2), 2000, 100.0)
+    assert ok.est_p99_tpot_s == pytest.approx(last_step * 1.1)
+    assert ok.utilisation == pytest.approx(1.1 / 1.2)
+    with pytest.raises(Rejection, match='not schedulable.*P99'):
+        planner.plan(replace(req(Mode.NONE), token_deadline_s=last_step), 2000, 100.0)
+    # AUTO switches to early exit, whose earliest exit costs a third of a step.
+    auto = planner.plan(replace(req(Mode.AUTO), token_deadline_s=last_step), 2000, 100.0)
+    assert auto.mode == Mode.EARLY_EXIT and auto.utilisation < 1.0

@@ -29,6 +29,8 @@ class GenerationStats:
     tokens: int = 0
     stop: str = ''
     kv_tokens_after_prefill: int = 0
+    # Per decode step under early exit: 'full', 'threshold' or 'forced'.
+    exit_kinds: list = field(default_factory=list)
 
     @property
     def decode_s(self) -> float:
@@ -40,7 +42,8 @@ class Engine(Protocol):
     """A model runner: prefill then decode, calling ``on_token`` after every token."""
 
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, plan: Plan,
-                 on_token: Callable[[TokenEvent], bool]) -> GenerationStats:
+                 on_token: Callable[[TokenEvent], bool],
+                 token_budget: Callable[[int], float | None] | None = None) -> GenerationStats:
         """Generate until EOS, ``max_new_tokens`` or ``on_token`` returns False."""
 
 
@@ -60,6 +63,7 @@ class JobResult:
     step_times: tuple = ()
     plan: Plan = field(default_factory=Plan)
     kv_tokens: int = 0
+    exit_kinds: tuple = ()
 
 
 Feedback = Callable[[TokenEvent, float, float], None]
@@ -95,8 +99,17 @@ def run_job(engine: Engine, prompt_ids: Sequence[int], request: Request, plan: P
         last_step[0] = after_token(request.policy, clock, event.time, cancel_requested())
         return last_step[0] == Step.CONTINUE
 
+    def token_budget(index: int) -> float:
+        # Early exit: decode step ``index`` produces answer token index + 2; the time
+        # left is shared by the tokens still to come (worst case), and a per-token
+        # deadline caps that share.
+        to_come = max(1, (plan.worst_case_tokens or request.max_new_tokens) - index - 1)
+        share = max(0.0, clock.remaining()) / to_come
+        return min(share, request.token_deadline_s) if request.token_deadline_s > 0 else share
+
     try:
-        stats = engine.generate(prompt_ids, request.max_new_tokens, plan, on_token)
+        stats = engine.generate(prompt_ids, request.max_new_tokens, plan, on_token,
+                                token_budget)
     except Exception as exc:  # noqa: BLE001 - any engine failure must end the goal cleanly
         now = clock.now()
         return JobResult(outcome=Outcome.FAILED, deadline_met=False,
@@ -112,7 +125,7 @@ def run_job(engine: Engine, prompt_ids: Sequence[int], request: Request, plan: P
         text=''.join(parts), tokens=stats.tokens, queue_s=queue_s,
         prefill_s=stats.prefill_s, decode_s=stats.decode_s, e2e_s=e2e,
         step_times=tuple(stats.step_times), plan=plan,
-        kv_tokens=stats.kv_tokens_after_prefill)
+        kv_tokens=stats.kv_tokens_after_prefill, exit_kinds=tuple(stats.exit_kinds))
 
 
 def _reason(outcome: Outcome, met: bool, stats: GenerationStats, slack: float) -> str:

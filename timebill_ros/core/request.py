@@ -61,6 +61,7 @@ class GoalSpec:
     request_id: str = ''
     eviction_ratio: float = 0.0
     expected_tokens: int = 0
+    token_deadline_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,8 @@ class Request:
     # Fixed eviction ratio (0 = planner's choice) and caller's length estimate (0 = none).
     eviction_ratio: float = 0.0
     expected_tokens: int = 0
+    # Per-token deadline D (s) for schedulability; 0 = none.
+    token_deadline_s: float = 0.0
 
 
 def _enum_value(enum_type, value, what: str):
@@ -145,10 +148,15 @@ def validate(spec: GoalSpec, limits: Limits) -> Request:
     expected = int(spec.expected_tokens)
     if expected < 0:
         raise Rejection(f'expected_tokens must be >= 0 (got {expected})')
+    token_deadline = float(spec.token_deadline_s)
+    if not math.isfinite(token_deadline) or token_deadline < 0.0 or token_deadline > budget:
+        raise Rejection(f'token_deadline must be in [0, budget {budget:g} s] '
+                        f'(got {token_deadline:g} s)')
     return Request(
         instruction=spec.instruction, context=spec.context or '', budget_s=budget,
         policy=policy, mode=mode, max_new_tokens=max_new, pessimistic_factor=factor,
-        request_id=spec.request_id, eviction_ratio=ratio, expected_tokens=expected)
+        request_id=spec.request_id, eviction_ratio=ratio, expected_tokens=expected,
+        token_deadline_s=token_deadline)
 
 
 def check_prompt_fits(prompt_tokens: int, context_window: int) -> None:

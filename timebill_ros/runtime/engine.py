@@ -8,6 +8,7 @@ from typing import Callable, Sequence
 
 from timebill_ros.core.execution import GenerationStats, TokenEvent
 from timebill_ros.core.planning import Plan
+from timebill_ros.core.request import Mode
 from timebill_ros.runtime.model import LoadedModel
 
 
@@ -49,11 +50,16 @@ class Engine:
     """Run one prompt at a time on a loaded model (callers serialise access)."""
 
     def __init__(self, loaded: LoadedModel, press_for_plan: PressFactory | None = None,
-                 clock: Callable[[], float] = time.monotonic):
-        """Wrap a loaded model; ``press_for_plan`` returns a kvpress press or None."""
+                 clock: Callable[[], float] = time.monotonic, exit_decoder=None):
+        """Wrap a loaded model; ``press_for_plan`` returns a kvpress press or None.
+
+        ``exit_decoder`` (a LayerwiseDecoder) runs the decode steps of MODE_EARLY_EXIT
+        plans; without one such plans run at full depth.
+        """
         self.loaded = loaded
         self.press_for_plan = press_for_plan
         self.clock = clock
+        self.exit_decoder = exit_decoder
 
     def warm_up(self, tokens: int = 4, press: str = '') -> None:
         """Run short generations so the first real goal pays no lazy-init cost.
@@ -72,8 +78,12 @@ class Engine:
                           lambda event: True)
 
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, plan: Plan,
-                 on_token: Callable[[TokenEvent], bool]) -> GenerationStats:
-        """Prefill (under the plan's press) then decode greedily, one token per step."""
+                 on_token: Callable[[TokenEvent], bool],
+                 token_budget: Callable[[int], float | None] | None = None) -> GenerationStats:
+        """Prefill (under the plan's press) then decode greedily, one token per step.
+
+        ``token_budget(i)`` gives the seconds decode step i may take (early exit only).
+        """
         import torch
         from transformers import DynamicCache
 
@@ -82,6 +92,7 @@ class Engine:
         decoder = StreamDecoder(self.loaded.tokenizer, self.loaded.tokenizer_lock)
         n_prompt = len(prompt_ids)
         press = self.press_for_plan(plan) if self.press_for_plan else None
+        layerwise = self.exit_decoder if plan.mode == Mode.EARLY_EXIT else None
         with torch.inference_mode():
             ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
             cache = DynamicCache()
@@ -106,6 +117,13 @@ class Engine:
                 if index + 1 == max_new_tokens:
                     break
                 t = self.clock()
+                if layerwise is not None:
+                    step = layerwise.step(next_id, n_prompt + index, cache,
+                                          token_budget(index) if token_budget else None)
+                    next_id = step.token_id
+                    stats.exit_kinds.append(step.kind)
+                    stats.step_times.append(self.clock() - t)
+                    continue
                 step_ids[0, 0] = next_id
                 # Explicit positions: after eviction the cache is shorter than the
                 # prompt, and RoPE must still see the token's true position.
