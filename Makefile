@@ -6,7 +6,8 @@
 #   make lint    flake8 + pydocstyle (pep257, ament style)
 #   make node    run the node in the foreground with config/timebill.yaml
 #   make demo    python -m timebill_ros.cli.demo
-#   make bench   python -m timebill_ros.cli.bench_overhead
+#   make bench   TimeBill evaluation (timebill_bench; BENCH_ARGS=--quick for a short run)
+#   make bench-overhead   node overhead vs a bare decode loop
 #   make clean   remove build/ install/ log/ (keeps .venv)
 
 SHELL := /bin/bash
@@ -28,7 +29,7 @@ existing = $(patsubst $(ROOT)/%,%,$(wildcard $(addprefix $(ROOT)/,$(1))))
 LINT_PATHS = $(call existing,timebill_ros test scripts/timebill_node launch setup.py)
 DOC_PATHS = $(call existing,timebill_ros test)
 
-.PHONY: venv build test lint node demo bench clean
+.PHONY: venv build test lint node demo bench bench-overhead clean
 
 venv: $(STAMP)
 
@@ -67,6 +68,9 @@ demo: build
 	$(ENV) && exec python -m timebill_ros.cli.demo
 
 bench: build
+	$(ENV) && exec python -m timebill_ros.cli.bench_timebill $(BENCH_ARGS)
+
+bench-overhead: build
 	$(ENV) && exec python -m timebill_ros.cli.bench_overhead
 
 clean:

@@ -23,7 +23,9 @@ def test_defaults_validate():
     {'queue_length': 0}, {'device': 'tpu'}, {'max_new_tokens': 'many'},
     {'miss_rate_warn': 0.5, 'miss_rate_error': 0.1}, {'diagnostics_period_s': float('nan')},
     {'max_new_tokens': 2000, 'max_new_tokens_limit': 1000}, {'nonsense': 1},
-    {'default_policy': 'maybe'}, {'warm_up': 1},
+    {'default_policy': 'maybe'}, {'warm_up': 1}, {'early_exit_layers': '20,10'},
+    {'early_exit_layers': 'x'}, {'early_exit_layers': '0,5'},
+    {'early_exit_threshold_start': 0.3, 'early_exit_threshold_end': 0.8},
 ])
 def test_bad_values_raise(values):
     with pytest.raises(ValueError):
@@ -33,3 +35,8 @@ def test_bad_values_raise(values):
 def test_policy_name_maps_to_enum():
     assert NodeConfig.from_dict({'default_policy': 'skip_next'}).limits().default_policy == \
         OverrunPolicy.SKIP_NEXT
+
+
+def test_exit_layers_parse():
+    assert NodeConfig.from_dict({'early_exit_layers': ' 12, 20 '}).exit_layers() == (12, 20)
+    assert NodeConfig.from_dict({}).exit_layers() == ()

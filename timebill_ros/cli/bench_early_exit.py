@@ -48,8 +48,8 @@ def full_answer(loaded, ids: list, max_new: int) -> list:
     return tokens
 
 
-def lens_table(loaded, ids: list, answer: list) -> tuple:
-    """Return (agree[layer][token], confidence[layer][token]) for layers 1..L-1."""
+def lens_table(loaded, ids: list, answer: list, heads=None) -> dict:
+    """Return {(layer, 'lens'|'head'): (agree per token, confidence per token)}."""
     import torch
     model = loaded.model
     with torch.inference_mode():
@@ -58,14 +58,16 @@ def lens_table(loaded, ids: list, answer: list) -> tuple:
         n = len(ids)
         positions = slice(n - 1, n - 1 + len(answer))
         target = torch.tensor(answer)
-        agree, conf = [], []
+        table = {}
         for layer in range(1, loaded.num_layers):
-            logits = model.lm_head(model.model.norm(states[layer][0, positions]))
-            probs = torch.softmax(logits.float(), dim=-1)
-            c, best = probs.max(dim=-1)
-            agree.append((best == target).tolist())
-            conf.append(c.tolist())
-    return agree, conf
+            variants = [('lens', model.model.norm(states[layer][0, positions]))]
+            if heads is not None and layer in heads.maps:
+                variants.append(('head', heads.apply(layer, states[layer][0, positions])))
+            for kind, mapped in variants:
+                probs = torch.softmax(model.lm_head(mapped).float(), dim=-1)
+                c, best = probs.max(dim=-1)
+                table[(layer, kind)] = ((best == target).tolist(), c.tolist())
+    return table
 
 
 def choose_threshold(agree: list, conf: list, target: float):
@@ -135,6 +137,7 @@ def main(argv=None) -> int:
     started = time.monotonic()
     from timebill_ros.core.early_exit import ExitRule, FORCED, FULL, percentile, THRESHOLD
     from timebill_ros.runtime.early_exit import LayerwiseDecoder, measure_layer_times
+    from timebill_ros.runtime.exit_heads import ExitHeads, SHIPPED_EXIT_HEADS
     from timebill_ros.runtime.model import load_model, prompt_ids
     loaded = load_model('embedded')
     half = n_prompts // 2
@@ -148,25 +151,26 @@ def main(argv=None) -> int:
           flush=True)
 
     L = loaded.num_layers
+    heads = ExitHeads.load(SHIPPED_EXIT_HEADS) if SHIPPED_EXIT_HEADS.is_file() else None
     fit_idx = list(range(0, len(items), 2))
-    agree = {layer: {'fit': ([], []), 'held': ([], [])} for layer in range(1, L)}
+    agree = {}
     for index, (ids, answer) in enumerate(zip(prompts, answers)):
         if not answer:
             continue
-        a, c = lens_table(loaded, ids, answer)
         part = 'fit' if index in fit_idx else 'held'
-        for layer in range(1, L):
-            agree[layer][part][0].extend(a[layer - 1])
-            agree[layer][part][1].extend(c[layer - 1])
+        for key, (a, c) in lens_table(loaded, ids, answer, heads).items():
+            slot = agree.setdefault(key, {'fit': ([], []), 'held': ([], [])})
+            slot[part][0].extend(a)
+            slot[part][1].extend(c)
     times = measure_layer_times(loaded, n_kv=512, steps=8)
     rows = []
-    for layer in range(1, L):
-        fa, fc = agree[layer]['fit']
-        ha, hc = agree[layer]['held']
+    for (layer, kind) in sorted(agree):
+        fa, fc = agree[(layer, kind)]['fit']
+        ha, hc = agree[(layer, kind)]['held']
         every_a, every_c = fa + ha, fc + hc
         tau = choose_threshold(fa, fc, args.target)
         coverage, held_agree = at_threshold(ha, hc, tau)
-        row = {'layer': layer, 'tokens': len(every_a),
+        row = {'layer': layer, 'exit': kind, 'tokens': len(every_a),
                'agree_all': sum(every_a) / max(1, len(every_a)),
                'agree_conf_ge_0.5': at_threshold(every_a, every_c, 0.5)[1],
                'coverage_conf_ge_0.5': at_threshold(every_a, every_c, 0.5)[0],
@@ -177,13 +181,20 @@ def main(argv=None) -> int:
         rows.append(row)
     ranked = sorted((r for r in rows if r['expected_saving'] > 0),
                     key=lambda r: -r['expected_saving'])
-    exit_layers = tuple(sorted(r['layer'] for r in ranked[:2])) or (L - 2,)
+    chosen = {}
+    for r in ranked:  # best variant per layer, two layers at most
+        if r['layer'] not in chosen and len(chosen) < 2:
+            chosen[r['layer']] = r['exit']
+    exit_layers = tuple(sorted(chosen)) or (L - 2,)
+    use_heads = {layer for layer, kind in chosen.items() if kind == 'head'}
     print(f'layer ablation done; exit layers {exit_layers} ({time.monotonic() - started:.0f} s)',
           flush=True)
 
     # B. Deadline sweep.
     rule = ExitRule(exit_layers, 0.8, 0.3)
-    decoder = LayerwiseDecoder(loaded, rule, times)
+    head_maps = ExitHeads(heads.target, {k: v for k, v in heads.maps.items() if k in use_heads}) \
+        if heads is not None and use_heads else None
+    decoder = LayerwiseDecoder(loaded, rule, times, heads=head_maps)
     full_step = statistics.median(
         s for ids in prompts[:2] for s in sweep_one(
             loaded, LayerwiseDecoder(loaded, None, None), ids, 8, None)['times'])
@@ -225,6 +236,8 @@ def main(argv=None) -> int:
         'max_new_tokens': args.max_new, 'target': args.target,
         'layer_times_ms': [t * 1e3 for t in times.layers], 'head_ms': times.head_s * 1e3,
         'full_step_s': full_step, 'ablation': rows, 'exit_layers': list(exit_layers),
+        'exit_kinds': {str(k): v for k, v in chosen.items()},
+        'exit_heads': str(SHIPPED_EXIT_HEADS.name) if heads is not None else None,
         'full_depth_task_score': full_quality, 'sweep': sweep,
         'wall_min': (time.monotonic() - started) / 60.0}
     out = Path(args.out)
@@ -257,14 +270,21 @@ def markdown(report: dict) -> str:
              '## A. Layer ablation (logit lens)', '',
              f"Threshold: smallest of {THRESHOLDS} with agreement >= {report['target']:g} on "
              'the fit half; held-out columns on the other half.', '',
-             '| layer | agree (all) | agree (conf>=0.5) | share conf>=0.5 | threshold | '
-             'held-out share | held-out agree | time saved |', '|---|---|---|---|---|---|---|---|']
+             '| layer | exit | agree (all) | agree (conf>=0.5) | share conf>=0.5 | threshold | '
+             'held-out share | held-out agree | time saved |',
+             '|---|---|---|---|---|---|---|---|---|']
     for r in report['ablation']:
-        lines.append(f"| {r['layer']} | {_f(r['agree_all'])} | {_f(r['agree_conf_ge_0.5'])} | "
+        lines.append(f"| {r['layer']} | {r['exit']} | {_f(r['agree_all'])} | "
+                     f"{_f(r['agree_conf_ge_0.5'])} | "
                      f"{_f(r['coverage_conf_ge_0.5'])} | {_f(r['threshold'], '{:g}')} | "
                      f"{_f(r['heldout_coverage'])} | {_f(r['heldout_agree'])} | "
                      f"{_f(r['time_saved'], '{:.0%}')} |")
-    lines += ['', f"Chosen exit layers: {report['exit_layers']}.", '',
+    lines += ['', f"Chosen exit layers: {report['exit_layers']} "
+              f"(exit per layer: {report['exit_kinds'] or 'none qualified; fallback lens'}). "
+              "'lens' = final norm + LM head on the layer's state; 'head' = the trained "
+              f"exit map ({report['exit_heads']}, timebill_ros.cli.train_exit_heads) then the "
+              'LM head. Time saved = 1 - (layers up to the exit + one LM head) / full step.',
+              '',
               '## B. Deadline sweep (threshold 0.8 -> 0.3 over the token budget, forced exits)',
               '', f"Full-depth answers' task score: {report['full_depth_task_score']:.3f}.", '',
               '| D (x full step) | D ms | full | threshold | forced | miss rate | mean TPOT ms |'

@@ -21,6 +21,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument('--lengths', default='128,512,1024,2048')
     parser.add_argument('--repeats', type=int, default=3)
+    parser.add_argument('--max-tokens', type=int, default=0,
+                        help='predictor input bound (the node parameter '
+                             'length_predictor_max_tokens; 0 = whole prompt)')
     args = parser.parse_args(argv)
     from timebill_ros.core.request import Mode, OverrunPolicy, Request
     from timebill_ros.runtime.length_heads import LinearHead
@@ -28,9 +31,10 @@ def main(argv=None) -> int:
     from timebill_ros.runtime.predictor import HeadPredictor, SHIPPED_HEAD
     from timebill_ros.runtime.profiler import time_prefill_grid
     loaded = load_model('embedded')
-    predictor = HeadPredictor.from_head(LinearHead.load(SHIPPED_HEAD), loaded)
-    print(f'predictor {predictor.name}; {platform.node()} {platform.machine()} '
-          f'{os.cpu_count()} cpus, {time.strftime("%Y-%m-%d")}\n')
+    predictor = HeadPredictor.from_head(LinearHead.load(SHIPPED_HEAD), loaded, args.max_tokens)
+    bound = args.max_tokens or 'none'
+    print(f'predictor {predictor.name}, input bound {bound}; {platform.node()} '
+          f'{platform.machine()} {os.cpu_count()} cpus, {time.strftime("%Y-%m-%d")}\n')
     print('| prompt tokens | predictor ms | prefill ms | overhead |\n|---|---|---|---|')
     filler = 'The committee reviewed the quarterly maintenance report in detail. '
     for n in (int(v) for v in args.lengths.split(',')):

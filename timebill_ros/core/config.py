@@ -63,6 +63,15 @@ PARAMS = (
           '.npz from timebill_ros.cli.train_length.'),
     Param('length_predictor_max_tokens', 256, 'Longest input the length predictor reads; '
           'longer prompts keep their first 32 and last tokens (bounds its cost).', 65, 8192),
+    Param('early_exit_layers', '', 'MODE_EARLY_EXIT candidate exit layers, comma-separated and '
+          "increasing (1-based, e.g. '22,26'); empty disables early exit. Chosen by "
+          'timebill_ros.cli.bench_early_exit.'),
+    Param('early_exit_threshold_start', 0.8, 'Exit confidence needed at the start of a '
+          "token's time.", 0.01, 1.0),
+    Param('early_exit_threshold_end', 0.3, "Exit confidence needed once the token's time is "
+          'used up (linear decay; equal to start = fixed threshold).', 0.01, 1.0),
+    Param('tpot_jitter', 0.15, 'P99 over mean time per output token assumed by the per-token '
+          'deadline schedulability check.', 0.0, 5.0),
     Param('time_margin', 0.10, 'Fraction of the time left the planner keeps in reserve for '
           'estimation error.', 0.0, 0.5),
     Param('ete_window', 256, 'Timing samples kept for the online re-fit of the ETE.', 8, 100000),
@@ -100,6 +109,10 @@ class NodeConfig:
     infeasible: str = 'reject'
     length_predictor: str = 'max-new-tokens'
     length_predictor_max_tokens: int = 256
+    early_exit_layers: str = ''
+    early_exit_threshold_start: float = 0.8
+    early_exit_threshold_end: float = 0.3
+    tpot_jitter: float = 0.15
     time_margin: float = 0.10
     ete_window: int = 256
     ete_forgetting: float = 0.98
@@ -114,6 +127,9 @@ class NodeConfig:
         for name, value in merged.items():
             check_param(PARAM_BY_NAME[name], value)
         config = cls(**merged)
+        config.exit_layers()  # raises ValueError on a malformed list
+        if config.early_exit_threshold_end > config.early_exit_threshold_start:
+            raise ValueError('early_exit_threshold_end must be <= early_exit_threshold_start')
         if config.max_new_tokens > config.max_new_tokens_limit:
             raise ValueError('max_new_tokens must be <= max_new_tokens_limit')
         if config.miss_rate_warn > config.miss_rate_error:
@@ -128,6 +144,20 @@ class NodeConfig:
             default_pessimistic_factor=self.pessimistic_factor,
             default_policy=POLICY_NAMES[self.default_policy],
             supported_modes=frozenset(supported_modes), alpha_max=self.alpha_max)
+
+    def exit_layers(self) -> tuple:
+        """Return the early-exit layers as increasing ints (empty: disabled)."""
+        text = self.early_exit_layers.strip()
+        if not text:
+            return ()
+        try:
+            layers = tuple(int(x) for x in text.split(','))
+        except ValueError:
+            raise ValueError(f'early_exit_layers must be comma-separated integers '
+                             f'(got {text!r})') from None
+        if list(layers) != sorted(set(layers)) or layers[0] < 1:
+            raise ValueError(f'early_exit_layers must be increasing and >= 1 (got {text!r})')
+        return layers
 
     def thresholds(self) -> Thresholds:
         """Return the diagnostic miss-rate thresholds."""

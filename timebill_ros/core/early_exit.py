@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 import math
-from typing import Sequence
+
+from timebill_ros.core.telemetry import percentile  # noqa: F401 (re-exported)
 
 CONTINUE, THRESHOLD, FORCED, FULL = 'continue', 'threshold', 'forced', 'full'
 
@@ -100,17 +101,6 @@ class ExitRule:
         if confidence >= self.threshold(used_fraction):
             return THRESHOLD
         return CONTINUE
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Return the q-th percentile of the values (linear interpolation); NaN if empty."""
-    data = sorted(values)
-    if not data:
-        return float('nan')
-    pos = (len(data) - 1) * q / 100.0
-    low = int(math.floor(pos))
-    high = min(low + 1, len(data) - 1)
-    return data[low] + (data[high] - data[low]) * (pos - low)
 
 
 def p99_tpot_estimate(step_s: float, jitter: float = 0.10) -> float:

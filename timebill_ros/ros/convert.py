@@ -7,6 +7,7 @@ import math
 from builtin_interfaces.msg import Duration
 
 from timebill_ros.action import Instruct
+from timebill_ros.core.early_exit import FORCED, FULL, THRESHOLD
 from timebill_ros.core.execution import JobResult, TokenEvent
 from timebill_ros.core.planning import Plan
 from timebill_ros.core.request import GoalSpec
@@ -39,7 +40,9 @@ def spec_from(msg, request_id: str = '') -> GoalSpec:
         request_id=request_id or getattr(msg, 'id', ''),
         # The Instruction topic message does not carry these (yet): defaults.
         eviction_ratio=getattr(msg, 'eviction_ratio', 0.0),
-        expected_tokens=getattr(msg, 'expected_tokens', 0))
+        expected_tokens=getattr(msg, 'expected_tokens', 0),
+        token_deadline_s=duration_to_s(msg.token_deadline) if hasattr(msg, 'token_deadline')
+        else 0.0)
 
 
 def plan_to_msg(plan: Plan) -> InferencePlan:
@@ -52,7 +55,10 @@ def plan_to_msg(plan: Plan) -> InferencePlan:
         eviction_ratio=float(plan.eviction_ratio), press=plan.press,
         est_prefill_s=plan.est_prefill_s, est_decode_s=plan.est_decode_s,
         est_wcet_s=plan.est_wcet_s, est_wcet_full_s=plan.est_wcet_full_s,
-        est_wcet_alpha_max_s=plan.est_wcet_alpha_max_s, feasible=plan.feasible)
+        est_wcet_alpha_max_s=plan.est_wcet_alpha_max_s, feasible=plan.feasible,
+        exit_layers=[int(x) for x in plan.exit_layers],
+        token_deadline_s=float(plan.token_deadline_s),
+        est_p99_tpot_s=float(plan.est_p99_tpot_s), utilisation=float(plan.utilisation))
 
 
 def result_to_msg(result: JobResult) -> Instruct.Result:
@@ -93,6 +99,11 @@ def telemetry_msg(goal_id: str, request_id: str, policy: int, budget_s: float,
         deadline_met=result.deadline_met, reason=result.reason,
         prompt_tokens=result.plan.prompt_tokens, tokens=result.tokens,
         tpot_mean_s=tpot['mean'], tpot_p50_s=tpot['p50'], tpot_p99_s=tpot['p99'],
-        tpot_max_s=tpot['max'], plan=plan_to_msg(result.plan))
+        tpot_max_s=tpot['max'], plan=plan_to_msg(result.plan),
+        exits_full=result.exit_kinds.count(FULL),
+        exits_threshold=result.exit_kinds.count(THRESHOLD),
+        exits_forced=result.exit_kinds.count(FORCED),
+        utilisation=tpot['p99'] / result.plan.token_deadline_s
+        if result.plan.token_deadline_s > 0 else 0.0)
     msg.header.stamp = stamp
     return msg

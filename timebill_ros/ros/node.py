@@ -33,6 +33,9 @@ from timebill_ros.core.timing import OnlineTimingModel
 from timebill_ros.msg import DeadlineTelemetry, Instruction, Response
 from timebill_ros.ros import convert
 from timebill_ros.ros.diagnostics import build_array, build_status
+from timebill_ros.core.early_exit import ExitRule
+from timebill_ros.core.planning import EarlyExitConfig
+from timebill_ros.runtime.early_exit import LayerwiseDecoder, measure_layer_times
 from timebill_ros.runtime.engine import Engine
 from timebill_ros.runtime.model import cache_root, load_model, ModelLoadError, prompt_ids
 from timebill_ros.runtime.length_heads import LinearHead
@@ -103,6 +106,11 @@ class TimebillNode(Node):
             f'loading model {self.config.model!r} on {self.config.device} ({self.config.dtype})')
         self.loaded = loader(self.config.model, self.config.device, self.config.dtype)
         self.engine = Engine(self.loaded, press_for_plan)
+        self.early_exit = self._make_early_exit()
+        if self.early_exit is not None:
+            self.engine.exit_decoder = LayerwiseDecoder(
+                self.loaded, self.early_exit.rule, self.early_exit.layer_times)
+        self._last_utilisation = float('nan')
         if self.config.warm_up:
             self.engine.warm_up(press=self.config.press)
         self._model_lock = threading.Lock()
@@ -150,12 +158,34 @@ class TimebillNode(Node):
     def _read_parameters(self) -> NodeConfig:
         values = {}
         for param in PARAMS:
-            descriptor = ParameterDescriptor(description=param.description)
-            values[param.name] = self.declare_parameter(
-                param.name, param.default, descriptor).value
+            # A one-layer list ('-p early_exit_layers:=22') arrives as an integer.
+            loose = param.name == 'early_exit_layers'
+            descriptor = ParameterDescriptor(description=param.description,
+                                             dynamic_typing=loose)
+            value = self.declare_parameter(param.name, param.default, descriptor).value
+            values[param.name] = str(value) if loose else value
         return NodeConfig.from_dict(values)
 
     # -- execution-time estimator --------------------------------------------------------
+
+    def _make_early_exit(self) -> EarlyExitConfig | None:
+        """Build the early-exit rule and measure per-layer times (None when disabled)."""
+        layers = self.config.exit_layers()
+        if not layers:
+            return None
+        if layers[-1] >= self.loaded.num_layers:
+            raise ValueError(f'early_exit_layers {layers}: the model has '
+                             f'{self.loaded.num_layers} layers (exits must be below the last)')
+        if not hasattr(self.loaded.model, 'model') or \
+                not hasattr(self.loaded.model.model, 'layers'):
+            raise ValueError('early exit needs a Llama-style model (model.model.layers)')
+        times = measure_layer_times(self.loaded, n_kv=512, steps=4)
+        self.get_logger().info(
+            f'early exit at layers {layers}: layer {times.full_s * 1e3 / len(times.layers):.2f}'
+            f' ms mean, head {times.head_s * 1e3:.2f} ms, full step {times.full_s * 1e3:.1f} ms')
+        rule = ExitRule(layers, self.config.early_exit_threshold_start,
+                        self.config.early_exit_threshold_end)
+        return EarlyExitConfig(rule, times, self.config.tpot_jitter)
 
     def _make_predictor(self, choice: str):
         """Build the answer-length predictor the parameter names (ValueError if unusable)."""
@@ -217,8 +247,11 @@ class TimebillNode(Node):
                          [tuple(p) for p in profile.decode_points])
         self.planner = TimeBillPlanner(lambda: self.online.model, self.predictor,
                                        self.config.alpha_max, self.config.press,
-                                       self.config.infeasible, self.config.time_margin)
-        self.limits = self.config.limits({Mode.AUTO, Mode.NONE, Mode.EVICTION})
+                                       self.config.infeasible, self.config.time_margin,
+                                       self.early_exit, self.config.tpot_jitter)
+        modes = {Mode.AUTO, Mode.NONE, Mode.EVICTION}
+        self.limits = self.config.limits(
+            modes | {Mode.EARLY_EXIT} if self.early_exit is not None else modes)
 
     def _on_calibrate(self, request, response):
         try:
@@ -239,6 +272,11 @@ class TimebillNode(Node):
             return 0.0, 0.0
         model = self.online.model
         n_x = len(job.prompt_ids)
+        if result.plan.mode == Mode.EARLY_EXIT:
+            # Exited steps are shorter than the decode model's full-depth steps: keep
+            # them out of its fit (and out of the ETE error); the prefill still counts.
+            self.online.observe(n_x, result.prefill_s, result.kv_tokens, ())
+            return 0.0, 0.0
         estimate = model.prefill(n_x) + model.decode(result.kv_tokens, result.tokens)
         actual = result.prefill_s + result.decode_s
         error = (estimate - actual) / actual * 100.0
@@ -403,6 +441,9 @@ class TimebillNode(Node):
                                           job.request.policy, job.request.budget_s, result,
                                           stamp)
         telemetry.est_compute_s, telemetry.ete_error_pct = estimate, error
+        if result.plan.token_deadline_s > 0 and result.step_times:
+            with self._lock:
+                self._last_utilisation = telemetry.utilisation
         self._telemetry_pub.publish(telemetry)
         self._responses.publish(convert.response_msg(
             job.request.request_id or job.key, result, stamp))
@@ -451,7 +492,11 @@ class TimebillNode(Node):
             running = self._running is not None
         extra = {'queue_length': queued, 'executing': running, 'model': self.loaded.name,
                  'device': self.loaded.device, 'dtype': self.loaded.dtype,
-                 'planner': type(self.planner).__name__}
+                 'planner': type(self.planner).__name__,
+                 # P99 TPOT / per-token deadline of the last goal that had one.
+                 'utilisation_last': self._last_utilisation,
+                 'early_exit_layers': ','.join(map(str, self.early_exit.rule.exit_layers))
+                 if self.early_exit else ''}
         if self.online is not None:
             model = self.online.model
             extra.update({'ete_step_s_per_kv_token': model.p, 'ete_step_base_s': model.q,

@@ -36,18 +36,23 @@ class LayerwiseDecoder:
     """Run decode steps layer by layer with early exits (batch size 1)."""
 
     def __init__(self, loaded: LoadedModel, rule: ExitRule | None, times: LayerTimes | None,
-                 clock: Callable[[], float] = time.monotonic):
-        """Keep the model parts; ``rule`` None never exits early (full depth)."""
+                 clock: Callable[[], float] = time.monotonic, heads=None):
+        """Keep the model parts; ``rule`` None never exits early (full depth).
+
+        ``heads`` (ExitHeads) replaces the logit lens at the layers it has a map for.
+        """
         inner = loaded.model.model
         self.layers, self.norm, self.embed = inner.layers, inner.norm, inner.embed_tokens
         self.rotary, self.head = inner.rotary_emb, loaded.model.lm_head
         self.num_layers = len(self.layers)
         if rule is not None and rule.exit_layers[-1] > self.num_layers:
             raise ValueError(f'exit layer {rule.exit_layers[-1]} > {self.num_layers} layers')
-        self.rule, self.times, self.clock = rule, times, clock
+        self.rule, self.times, self.clock, self.heads = rule, times, clock, heads
         self._candidates = frozenset(rule.exit_layers) if rule else frozenset()
 
-    def _logits(self, hidden):
+    def _logits(self, hidden, layer: int = 0):
+        if self.heads is not None and layer in self.heads.maps:
+            return self.head(self.heads.apply(layer, hidden))[0, -1]
         return self.head(self.norm(hidden))[0, -1]
 
     def step(self, token_id: int, position: int, cache,
@@ -66,7 +71,7 @@ class LayerwiseDecoder:
                 hidden = hidden[0] if isinstance(hidden, tuple) else hidden
                 depth = index + 1
                 if depth in self._candidates and depth < self.num_layers:
-                    probs = torch.softmax(self._logits(hidden).float(), dim=-1)
+                    probs = torch.softmax(self._logits(hidden, depth).float(), dim=-1)
                     confidence, best = probs.max(dim=-1)
                     kind = self.rule.decide(depth, float(confidence), self.clock() - start,
                                             token_budget_s, self.times)

@@ -1,0 +1,1 @@
+"""TimeBill evaluation: packaged long-context tasks, metrics, policy replay and plots."""

