@@ -66,6 +66,9 @@ PARAMS = (
     Param('early_exit_layers', '', 'MODE_EARLY_EXIT candidate exit layers, comma-separated and '
           "increasing (1-based, e.g. '22,26'); empty disables early exit. Chosen by "
           'timebill_ros.cli.bench_early_exit.'),
+    Param('early_exit_heads', 'shipped', "Exit predictions: 'shipped' (the trained maps in "
+          "timebill_ros/data/exit_heads.npz where they cover a layer, the logit lens "
+          "elsewhere), 'lens' (final norm + LM head only) or a path to an exit-heads .npz."),
     Param('early_exit_threshold_start', 0.8, 'Exit confidence needed at the start of a '
           "token's time.", 0.01, 1.0),
     Param('early_exit_threshold_end', 0.3, "Exit confidence needed once the token's time is "
@@ -110,6 +113,7 @@ class NodeConfig:
     length_predictor: str = 'max-new-tokens'
     length_predictor_max_tokens: int = 256
     early_exit_layers: str = ''
+    early_exit_heads: str = 'shipped'
     early_exit_threshold_start: float = 0.8
     early_exit_threshold_end: float = 0.3
     tpot_jitter: float = 0.15

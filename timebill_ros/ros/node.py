@@ -37,6 +37,7 @@ from timebill_ros.core.early_exit import ExitRule
 from timebill_ros.core.planning import EarlyExitConfig
 from timebill_ros.runtime.early_exit import LayerwiseDecoder, measure_layer_times
 from timebill_ros.runtime.engine import Engine
+from timebill_ros.runtime.exit_heads import ExitHeads, SHIPPED_EXIT_HEADS
 from timebill_ros.runtime.model import cache_root, load_model, ModelLoadError, prompt_ids
 from timebill_ros.runtime.length_heads import LinearHead
 from timebill_ros.runtime.predictor import HeadPredictor, SHIPPED_HEAD
@@ -109,7 +110,8 @@ class TimebillNode(Node):
         self.early_exit = self._make_early_exit()
         if self.early_exit is not None:
             self.engine.exit_decoder = LayerwiseDecoder(
-                self.loaded, self.early_exit.rule, self.early_exit.layer_times)
+                self.loaded, self.early_exit.rule, self.early_exit.layer_times,
+                heads=self._exit_heads)
         self._last_utilisation = float('nan')
         if self.config.warm_up:
             self.engine.warm_up(press=self.config.press)
@@ -185,7 +187,27 @@ class TimebillNode(Node):
             f' ms mean, head {times.head_s * 1e3:.2f} ms, full step {times.full_s * 1e3:.1f} ms')
         rule = ExitRule(layers, self.config.early_exit_threshold_start,
                         self.config.early_exit_threshold_end)
+        self._exit_heads = self._load_exit_heads(layers)
         return EarlyExitConfig(rule, times, self.config.tpot_jitter)
+
+    def _load_exit_heads(self, layers: tuple):
+        """Return the exit heads the parameter asks for (None: logit lens everywhere)."""
+        choice = self.config.early_exit_heads
+        if choice == 'lens':
+            return None
+        path = SHIPPED_EXIT_HEADS if choice == 'shipped' else Path(choice)
+        if not path.is_file():
+            raise ValueError(f'early_exit_heads {choice!r}: no file at {path}')
+        heads = ExitHeads.load(path)
+        if heads.target != self.loaded.name:
+            # Maps are fitted to one model's hidden states.
+            self.get_logger().warning(f'exit heads {path} were fitted on {heads.target!r}, '
+                                      f'not {self.loaded.name!r}: using the logit lens')
+            return None
+        covered = [layer for layer in layers if layer in heads.maps]
+        self.get_logger().info(f'exit heads from {path} at layers {covered}; logit lens at '
+                               f'{[layer for layer in layers if layer not in covered]}')
+        return ExitHeads(heads.target, {k: v for k, v in heads.maps.items() if k in covered})
 
     def _make_predictor(self, choice: str):
         """Build the answer-length predictor the parameter names (ValueError if unusable)."""
