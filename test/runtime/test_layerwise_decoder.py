@@ -84,3 +84,18 @@ def test_cache_stays_aligned_across_layers_after_mixed_exits(tiny):
 def test_measured_layer_times_are_positive(tiny):
     times = measure_layer_times(tiny, n_kv=32, steps=2)
     assert len(times.layers) == tiny.num_layers and times.full_s > 0 and times.head_s > 0
+
+
+def test_exact_kv_mode_leaves_the_full_model_cache(tiny):
+    ids, cache, token = prefill(tiny)
+    _, ref_cache, _ = prefill(tiny)
+    layers = tiny.num_layers
+    decoder = LayerwiseDecoder(tiny, ExitRule((1,), 1e-9, 1e-9),
+                               LayerTimes(tuple([1e-4] * layers), 1e-4), exact_kv=True)
+    step = decoder.step(token, len(ids), cache)
+    assert step.kind == THRESHOLD and step.layer == 1
+    LayerwiseDecoder(tiny, None, None).step(token, len(ids), ref_cache)
+    for layer in range(layers):
+        assert torch.allclose(cache.layers[layer].keys, ref_cache.layers[layer].keys, atol=1e-5)
+        assert torch.allclose(cache.layers[layer].values, ref_cache.layers[layer].values,
+                              atol=1e-5)

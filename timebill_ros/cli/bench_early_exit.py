@@ -223,6 +223,25 @@ def main(argv=None) -> int:
             'rougeL_vs_full': statistics.mean(vs_full),
             'task_score': statistics.mean(quality)})
         print(f'D = {factor:g} x full step: done', flush=True)
+    # C. Quality effect of the K/V fill alone, with mixed exits (fixed threshold 0.8, no
+    # time pressure, so both runs take the same decisions until their tokens differ):
+    # skipped layers get K/V from the exit state (CALM) or from really running them.
+    # (If every token exited at the same layer, the deeper K/V would never be read.)
+    always = ExitRule((exit_layers[0],), 0.8, 0.8)
+    kv_effect = {}
+    for name, exact in (('calm_fill', False), ('exact_kv', True)):
+        dec = LayerwiseDecoder(loaded, always, times, heads=head_maps, exact_kv=exact)
+        runs = [sweep_one(loaded, dec, ids, args.max_new, None) for ids in prompts]
+        kv_effect[name] = {
+            'token_agreement_vs_full': statistics.mean(
+                token_agreement(r['tokens'], a) for r, a in zip(runs, answers)),
+            'rougeL_vs_full': statistics.mean(
+                metrics.rouge_l(loaded.tokenizer.decode(r['tokens']),
+                                loaded.tokenizer.decode(a)) for r, a in zip(runs, answers)),
+            'task_score': statistics.mean(
+                metrics.score(i.metric, loaded.tokenizer.decode(r['tokens']), i.references)
+                for i, r in zip(items, runs))}
+    print('K/V fill effect done', flush=True)
     full_quality = statistics.mean(
         metrics.score(i.metric, loaded.tokenizer.decode(a), i.references)
         for i, a in zip(items, answers))
@@ -238,7 +257,7 @@ def main(argv=None) -> int:
         'full_step_s': full_step, 'ablation': rows, 'exit_layers': list(exit_layers),
         'exit_kinds': {str(k): v for k, v in chosen.items()},
         'exit_heads': str(SHIPPED_EXIT_HEADS.name) if heads is not None else None,
-        'full_depth_task_score': full_quality, 'sweep': sweep,
+        'full_depth_task_score': full_quality, 'sweep': sweep, 'kv_effect': kv_effect,
         'wall_min': (time.monotonic() - started) / 60.0}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -298,6 +317,17 @@ def markdown(report: dict) -> str:
             f"{s['tpot_p99_s'] * 1e3:.1f} | {s['utilisation']:.2f} | "
             f"{s['token_agreement_vs_full']:.2f} | {s['rougeL_vs_full']:.2f} | "
             f"{s['task_score']:.3f} |")
+    kv = report.get('kv_effect')
+    if kv:
+        lines += ['', f"## C. Quality effect of the K/V fill (mixed exits: layer "
+                  f"{report['exit_layers'][0]} at confidence >= 0.8, else full depth)", '',
+                  '| skipped layers get K/V from | token agree vs full | ROUGE-L vs full | '
+                  'task score |', '|---|---|---|---|']
+        for name, label in (('calm_fill', 'the exit state (CALM fill, what the node does)'),
+                            ('exact_kv', 'running the skipped layers (exact, no saving)')):
+            row = kv[name]
+            lines.append(f"| {label} | {row['token_agreement_vs_full']:.2f} | "
+                         f"{row['rougeL_vs_full']:.2f} | {row['task_score']:.3f} |")
     return '\n'.join(lines) + '\n'
 
 

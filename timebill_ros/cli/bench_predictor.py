@@ -24,7 +24,13 @@ def main(argv=None) -> int:
     parser.add_argument('--max-tokens', type=int, default=0,
                         help='predictor input bound (the node parameter '
                              'length_predictor_max_tokens; 0 = whole prompt)')
+    parser.add_argument('--accuracy-data', default='',
+                        help='a build_length_data folder: instead of timing, report the '
+                             'head MAE with and without --max-tokens on the labelled '
+                             'prompts longer than it')
     args = parser.parse_args(argv)
+    if args.accuracy_data:
+        return bound_accuracy(args.accuracy_data, args.max_tokens)
     from timebill_ros.core.request import Mode, OverrunPolicy, Request
     from timebill_ros.runtime.length_heads import LinearHead
     from timebill_ros.runtime.model import load_model, prompt_ids
@@ -52,6 +58,40 @@ def main(argv=None) -> int:
         prefill_s = time_prefill_grid(loaded, [tokens], args.repeats)[tokens]
         print(f'| {tokens} | {pred_s * 1000:.1f} | {prefill_s * 1000:.1f} | '
               f'{pred_s / prefill_s:.1%} |')
+    return 0
+
+
+def bound_accuracy(folder: str, bound: int) -> int:
+    """Print the shipped head's MAE on labelled prompts over ``bound``, whole vs bounded."""
+    from timebill_ros.cli.train_length import load_data
+    from timebill_ros.core.request import Mode, OverrunPolicy, Request
+    from timebill_ros.runtime.length_data import iter_first_turns
+    from timebill_ros.runtime.length_heads import LinearHead
+    from timebill_ros.runtime.model import load_model
+    from timebill_ros.runtime.predictor import HeadPredictor, SHIPPED_HEAD
+    if bound <= 0:
+        raise SystemExit('bench_predictor: --accuracy-data needs --max-tokens > 0')
+    labels, _ = load_data(folder)
+    long = {row['id']: row for row in labels if row['prompt_tokens'] > bound}
+    texts = {rid: text.strip() for rid, text in iter_first_turns() if rid in long}
+    loaded = load_model('embedded')
+    head = LinearHead.load(SHIPPED_HEAD)
+    whole = HeadPredictor.from_head(head, loaded)
+    bounded = HeadPredictor.from_head(head, loaded, bound)
+    errors = {'whole': [], 'bounded': []}
+    changed = 0
+    for rid, text in texts.items():
+        request = Request(text, '', 60.0, OverrunPolicy.KILL, Mode.NONE, 10_000, 1.0)
+        a, b = whole.predict(request, 0), bounded.predict(request, 0)
+        truth = long[rid]['length']
+        errors['whole'].append(abs(a - truth))
+        errors['bounded'].append(abs(b - truth))
+        changed += a != b
+    n = len(errors['whole'])
+    print(f'{n} of {len(labels)} labelled prompts are over {bound} tokens; shipped head '
+          f'{whole.name}: MAE whole prompt {statistics.mean(errors["whole"]):.1f}, bounded '
+          f'{statistics.mean(errors["bounded"]):.1f} tokens; prediction changed for '
+          f'{changed} of {n}')
     return 0
 
 

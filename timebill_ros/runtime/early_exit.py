@@ -36,10 +36,13 @@ class LayerwiseDecoder:
     """Run decode steps layer by layer with early exits (batch size 1)."""
 
     def __init__(self, loaded: LoadedModel, rule: ExitRule | None, times: LayerTimes | None,
-                 clock: Callable[[], float] = time.monotonic, heads=None):
+                 clock: Callable[[], float] = time.monotonic, heads=None,
+                 exact_kv: bool = False):
         """Keep the model parts; ``rule`` None never exits early (full depth).
 
         ``heads`` (ExitHeads) replaces the logit lens at the layers it has a map for.
+        ``exact_kv`` (measurement only: it saves no time) still runs the skipped layers
+        for their true K/V after an exit, isolating the K/V fill's quality effect.
         """
         inner = loaded.model.model
         self.layers, self.norm, self.embed = inner.layers, inner.norm, inner.embed_tokens
@@ -48,6 +51,7 @@ class LayerwiseDecoder:
         if rule is not None and rule.exit_layers[-1] > self.num_layers:
             raise ValueError(f'exit layer {rule.exit_layers[-1]} > {self.num_layers} layers')
         self.rule, self.times, self.clock, self.heads = rule, times, clock, heads
+        self.exact_kv = exact_kv
         self._candidates = frozenset(rule.exit_layers) if rule else frozenset()
 
     def _logits(self, hidden, layer: int = 0):
@@ -76,13 +80,23 @@ class LayerwiseDecoder:
                     kind = self.rule.decide(depth, float(confidence), self.clock() - start,
                                             token_budget_s, self.times)
                     if kind != CONTINUE:
-                        self._fill_skipped(hidden, depth, rotary, cache)
+                        if self.exact_kv:
+                            self._run_rest(hidden, depth, pos, rotary, cache)
+                        else:
+                            self._fill_skipped(hidden, depth, rotary, cache)
                         return ExitStep(int(best), depth, float(confidence), kind,
                                         self.clock() - start)
             probs = torch.softmax(self._logits(hidden).float(), dim=-1)
             confidence, best = probs.max(dim=-1)
         return ExitStep(int(best), self.num_layers, float(confidence), FULL,
                         self.clock() - start)
+
+    def _run_rest(self, hidden, depth: int, pos, rotary, cache) -> None:
+        """Run the layers after ``depth`` only for their K/V (exact cache, no saving)."""
+        for layer in self.layers[depth:]:
+            hidden = layer(hidden, position_ids=pos, past_key_values=cache, use_cache=True,
+                           position_embeddings=rotary)
+            hidden = hidden[0] if isinstance(hidden, tuple) else hidden
 
     def _fill_skipped(self, hidden, depth: int, rotary, cache) -> None:
         """Give layers after ``depth`` this token's K/V, computed from the exit state."""
