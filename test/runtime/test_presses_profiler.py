@@ -47,6 +47,9 @@ def test_calibration_round_trip(tiny, tmp_path):
     assert loaded.heldout['prefill_lengths'] == [96]
     assert len(loaded.prefill_points) == 5 and len(loaded.decode_points) == 4
     assert loaded.versions['torch']
+    # Per-layer decode times for early exit travel with the profile.
+    assert len(loaded.layer_times['layers_s']) == tiny.num_layers
+    assert loaded.layer_times['head_s'] > 0
     (tmp_path / 'bad.yaml').write_text('just: text\n')
     with pytest.raises(ValueError):
         Profile.load(tmp_path / 'bad.yaml')

@@ -28,6 +28,8 @@ class Profile:
     versions: dict = field(default_factory=dict)
     date: str = ''
     host: str = ''
+    # Per-layer decode-step times (early exit): {'layers_s': [...], 'head_s': s, 'n_kv': n}.
+    layer_times: dict = field(default_factory=dict)
     format: int = FORMAT
 
     def timing_model(self) -> TimingModel:

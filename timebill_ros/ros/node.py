@@ -33,7 +33,7 @@ from timebill_ros.core.timing import OnlineTimingModel
 from timebill_ros.msg import DeadlineTelemetry, Instruction, Response
 from timebill_ros.ros import convert
 from timebill_ros.ros.diagnostics import build_array, build_status
-from timebill_ros.core.early_exit import ExitRule
+from timebill_ros.core.early_exit import ExitRule, LayerTimes
 from timebill_ros.core.planning import EarlyExitConfig
 from timebill_ros.runtime.early_exit import LayerwiseDecoder, measure_layer_times
 from timebill_ros.runtime.engine import Engine
@@ -107,11 +107,9 @@ class TimebillNode(Node):
             f'loading model {self.config.model!r} on {self.config.device} ({self.config.dtype})')
         self.loaded = loader(self.config.model, self.config.device, self.config.dtype)
         self.engine = Engine(self.loaded, press_for_plan)
-        self.early_exit = self._make_early_exit()
-        if self.early_exit is not None:
-            self.engine.exit_decoder = LayerwiseDecoder(
-                self.loaded, self.early_exit.rule, self.early_exit.layer_times,
-                heads=self._exit_heads)
+        # The rule and heads now; per-layer times come with the ETE profile (_use_profile).
+        self._exit_rule, self._exit_heads = self._make_exit_rule()
+        self.early_exit: EarlyExitConfig | None = None
         self._last_utilisation = float('nan')
         if self.config.warm_up:
             self.engine.warm_up(press=self.config.press)
@@ -170,25 +168,35 @@ class TimebillNode(Node):
 
     # -- execution-time estimator --------------------------------------------------------
 
-    def _make_early_exit(self) -> EarlyExitConfig | None:
-        """Build the early-exit rule and measure per-layer times (None when disabled)."""
+    def _make_exit_rule(self) -> tuple:
+        """Return (ExitRule, ExitHeads or None), or (None, None) when early exit is off."""
         layers = self.config.exit_layers()
         if not layers:
-            return None
+            return None, None
         if layers[-1] >= self.loaded.num_layers:
             raise ValueError(f'early_exit_layers {layers}: the model has '
                              f'{self.loaded.num_layers} layers (exits must be below the last)')
         if not hasattr(self.loaded.model, 'model') or \
                 not hasattr(self.loaded.model.model, 'layers'):
             raise ValueError('early exit needs a Llama-style model (model.model.layers)')
-        times = measure_layer_times(self.loaded, n_kv=512, steps=4)
-        self.get_logger().info(
-            f'early exit at layers {layers}: layer {times.full_s * 1e3 / len(times.layers):.2f}'
-            f' ms mean, head {times.head_s * 1e3:.2f} ms, full step {times.full_s * 1e3:.1f} ms')
         rule = ExitRule(layers, self.config.early_exit_threshold_start,
                         self.config.early_exit_threshold_end)
-        self._exit_heads = self._load_exit_heads(layers)
-        return EarlyExitConfig(rule, times, self.config.tpot_jitter)
+        return rule, self._load_exit_heads(layers)
+
+    def _early_exit_from(self, profile: Profile) -> EarlyExitConfig:
+        """Pair the exit rule with per-layer times from the profile (measured if absent)."""
+        stored = profile.layer_times or {}
+        if len(stored.get('layers_s') or ()) == self.loaded.num_layers:
+            times, source = LayerTimes(tuple(stored['layers_s']), stored['head_s']), 'profile'
+        else:
+            with self._model_lock:
+                times = measure_layer_times(self.loaded, n_kv=512, steps=4)
+            source = 'measured now (profile has none)'
+        self.get_logger().info(
+            f'early exit at layers {self._exit_rule.exit_layers}: per-layer times from '
+            f'{source}: layer {sum(times.layers) * 1e3 / len(times.layers):.2f} ms mean, '
+            f'head {times.head_s * 1e3:.2f} ms, full step {times.full_s * 1e3:.1f} ms')
+        return EarlyExitConfig(self._exit_rule, times, self.config.tpot_jitter)
 
     def _load_exit_heads(self, layers: tuple):
         """Return the exit heads the parameter asks for (None: logit lens everywhere)."""
@@ -257,6 +265,11 @@ class TimebillNode(Node):
         return profile
 
     def _use_profile(self, profile: Profile | None) -> None:
+        self.early_exit = self._early_exit_from(profile) \
+            if profile is not None and self._exit_rule is not None else None
+        self.engine.exit_decoder = LayerwiseDecoder(
+            self.loaded, self.early_exit.rule, self.early_exit.layer_times,
+            heads=self._exit_heads) if self.early_exit is not None else None
         if profile is None:
             self.online = None
             self.planner = FullModelPlanner()

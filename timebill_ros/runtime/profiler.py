@@ -126,6 +126,12 @@ def calibrate(loaded: LoadedModel, grid: Grid = Grid(), progress: bool = True) -
         return max(abs(pred - t) / t * 100.0 for _, t, pred in points)
     fit_pre = [(n, prefill[n], model.prefill(n)) for n in grid.prefill_fit]
     fit_dec = [(x, t, model.step(x)) for x, t in fit_pts]
+    layer_times = {}
+    if hasattr(loaded.model, 'model') and hasattr(loaded.model.model, 'layers'):
+        from timebill_ros.runtime.early_exit import measure_layer_times
+        times = measure_layer_times(loaded, n_kv=512, steps=grid.decode_steps)
+        layer_times = {'layers_s': [float(t) for t in times.layers],
+                       'head_s': float(times.head_s), 'n_kv': 512}
     return Profile(
         model=loaded.name, device=loaded.device, dtype=loaded.dtype,
         coefficients={'a': a, 'b': b, 'c': c, 'p': p, 'q': q},
@@ -144,4 +150,4 @@ def calibrate(loaded: LoadedModel, grid: Grid = Grid(), progress: bool = True) -
         versions={'torch': str(torch.__version__), 'transformers': transformers.__version__,
                   'python': platform.python_version(),
                   'threads': torch.get_num_threads()},
-        date=time.strftime('%Y-%m-%dT%H:%M:%S%z'), host=platform.node())
+        date=time.strftime('%Y-%m-%dT%H:%M:%S%z'), host=platform.node(), layer_times=layer_times)
