@@ -26,8 +26,8 @@ PARAMS ?= config/timebill.yaml
 PYTEST_ARGS ?=
 # Only paths that exist (a clean clone may lack test/ early on), relative to ROOT.
 existing = $(patsubst $(ROOT)/%,%,$(wildcard $(addprefix $(ROOT)/,$(1))))
-LINT_PATHS = $(call existing,timebill_ros test scripts/timebill_node launch setup.py)
-DOC_PATHS = $(call existing,timebill_ros test)
+LINT_PATHS = $(call existing,timebill_ros test scripts/timebill_node scripts/ete_in_node.py launch setup.py)
+DOC_PATHS = $(call existing,timebill_ros test scripts/ete_in_node.py)
 
 .PHONY: venv build test lint node demo bench bench-overhead clean
 

@@ -5,7 +5,8 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PATHS = ['timebill_ros', 'test', 'launch', 'scripts/timebill_node', 'setup.py']
+PATHS = ['timebill_ros', 'test', 'launch', 'scripts/timebill_node', 'scripts/ete_in_node.py',
+         'setup.py']
 
 
 def run(*args):

@@ -3,8 +3,9 @@ import math
 import pytest
 
 from timebill_ros.core.early_exit import (
-    CONTINUE, ExitRule, FORCED, LayerTimes, percentile, p99_tpot_estimate, schedulable,
+    CONTINUE, ExitRule, FORCED, LayerTimes, p99_tpot_estimate, schedulable,
     THRESHOLD)
+from timebill_ros.core.telemetry import percentile
 
 TIMES = LayerTimes(tuple([0.002] * 30), 0.01)  # full step 70 ms
 

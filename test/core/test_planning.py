@@ -97,8 +97,7 @@ def test_fixed_ratio_and_caller_length_override_the_planner():
 def _ee(first=10, layers=30):
     from timebill_ros.core.early_exit import ExitRule, LayerTimes
     from timebill_ros.core.planning import EarlyExitConfig
-    return EarlyExitConfig(ExitRule((first, 20)), LayerTimes(tuple([1.0] * layers), 0.0),
-                           tpot_jitter=0.0)
+    return EarlyExitConfig(ExitRule((first, 20)), LayerTimes(tuple([1.0] * layers), 0.0))
 
 
 def test_early_exit_plans_on_the_earliest_exit_cost():

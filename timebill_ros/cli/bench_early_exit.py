@@ -34,6 +34,7 @@ import statistics
 import sys
 import time
 
+from timebill_ros.cli.bench_eviction import machine
 from timebill_ros.evaluation import metrics, tasks
 
 THRESHOLDS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -88,26 +89,18 @@ def at_threshold(agree: list, conf: list, tau) -> tuple:
 
 
 def sweep_one(loaded, decoder, ids: list, max_new: int, budget_s: float) -> dict:
-    """Decode one prompt with per-token budget; return tokens, kinds and step times."""
-    import torch
-    from transformers import DynamicCache
-    cache = DynamicCache()
-    with torch.inference_mode():
-        out = loaded.model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
-    token = int(out.logits[0, -1].argmax())
-    tokens, kinds, times, layers = [], [], [], []
-    for i in range(max_new):
-        if token in loaded.eos_ids:
-            break
-        tokens.append(token)
-        if i + 1 == max_new:
-            break
-        step = decoder.step(token, len(ids) + i, cache, budget_s)
-        kinds.append(step.kind)
-        times.append(step.seconds)
-        layers.append(step.layer)
-        token = step.token_id
-    return {'tokens': tokens, 'kinds': kinds, 'times': times, 'layers': layers}
+    """Decode one prompt through the node's Engine with early exits and a per-token budget.
+
+    Returns the answer tokens, the exit kind and the time of every decode step.
+    """
+    from timebill_ros.core.planning import Plan
+    from timebill_ros.core.request import Mode
+    from timebill_ros.runtime.engine import Engine
+    tokens = []
+    stats = Engine(loaded, exit_decoder=decoder).generate(
+        ids, max_new, Plan(mode=Mode.EARLY_EXIT), lambda e: tokens.append(e.token_id) or True,
+        token_budget=lambda index: budget_s)
+    return {'tokens': tokens, 'kinds': stats.exit_kinds, 'times': stats.step_times}
 
 
 def token_agreement(a: list, b: list) -> float:
@@ -135,7 +128,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     n_prompts = 4 if args.quick else args.prompts
     started = time.monotonic()
-    from timebill_ros.core.early_exit import ExitRule, FORCED, FULL, percentile, THRESHOLD
+    from timebill_ros.core.early_exit import ExitRule, FORCED, FULL, THRESHOLD
+    from timebill_ros.core.telemetry import percentile
     from timebill_ros.runtime.early_exit import LayerwiseDecoder, measure_layer_times
     from timebill_ros.runtime.exit_heads import ExitHeads, SHIPPED_EXIT_HEADS
     from timebill_ros.runtime.model import load_model, prompt_ids
@@ -266,12 +260,6 @@ def main(argv=None) -> int:
     plot(report, out / 'early_exit_sweep.png')
     print((out / 'early_exit.md').read_text())
     return 0
-
-
-def machine() -> str:
-    """Describe this machine."""
-    from timebill_ros.cli.bench_eviction import machine as describe
-    return describe()
 
 
 def _f(value, fmt='{:.2f}') -> str:

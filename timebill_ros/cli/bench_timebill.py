@@ -48,6 +48,7 @@ import sys
 import threading
 import time
 
+from timebill_ros.cli.bench_eviction import machine
 from timebill_ros.evaluation import metrics, plots, policies, tasks
 
 ALPHAS = (0.25, 0.5, 0.75, 0.95)
@@ -186,13 +187,18 @@ def skip_rows(runs_at: dict, budgets: list) -> list:
     return rows
 
 
+def kill_outcome(m: Measured) -> policies.Outcome:
+    """Return a real Kill run's outcome: its score if in time, else 0."""
+    if m.deadline_met:
+        return policies.Outcome(policies.IN_TIME, m.score)
+    return policies.Outcome(policies.KILLED, 0.0)
+
+
 def real_rows(measured: list, budgets: list) -> list:
     """Summarise real runs (Kill) per budget: in time and the answer's score, else 0."""
     rows = []
     for budget in budgets:
-        here = [m for m in measured if m.budget_s == budget]
-        outcomes = [policies.Outcome(policies.IN_TIME if m.deadline_met else policies.KILLED,
-                                     m.score if m.deadline_met else 0.0) for m in here]
+        outcomes = [kill_outcome(m) for m in measured if m.budget_s == budget]
         rows.append({'budget_s': budget, **policies.summary(outcomes)})
     return rows
 
@@ -200,12 +206,6 @@ def real_rows(measured: list, budgets: list) -> list:
 def as_run(m: Measured) -> policies.Run:
     """Turn a completed measurement into a replayable Run."""
     return policies.Run(m.e2e_s, min(1.0, max(0.0, m.score)))
-
-
-def machine() -> str:
-    """Describe this machine: host, architecture, CPU model and count."""
-    from timebill_ros.cli.bench_eviction import machine as describe
-    return describe()
 
 
 def markdown(report: dict) -> str:
@@ -306,8 +306,7 @@ def k_only(args, out: Path, ks: tuple) -> int:
 
 def pooled(runs: list) -> dict:
     """Summarise real Kill runs: completion, score, mean predicted length and alpha."""
-    outcomes = [policies.Outcome(policies.IN_TIME if m.deadline_met else policies.KILLED,
-                                 m.score if m.deadline_met else 0.0) for m in runs]
+    outcomes = [kill_outcome(m) for m in runs]
     accepted = [m for m in runs if m.accepted]
     return {**policies.summary(outcomes),
             'mean_predicted': statistics.mean(m.predicted for m in accepted) if accepted

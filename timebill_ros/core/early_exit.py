@@ -21,8 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 import math
 
-from timebill_ros.core.telemetry import percentile  # noqa: F401 (re-exported)
-
 CONTINUE, THRESHOLD, FORCED, FULL = 'continue', 'threshold', 'forced', 'full'
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from timebill_ros.core.early_exit import ExitRule, LayerTimes, schedulable
+from timebill_ros.core.early_exit import ExitRule, LayerTimes, p99_tpot_estimate, schedulable
 from timebill_ros.core.eviction import solve_alpha
 from timebill_ros.core.request import Mode, Rejection, Request
 from timebill_ros.core.timing import TimingModel, worst_case_tokens
@@ -93,7 +93,6 @@ class EarlyExitConfig:
 
     rule: ExitRule
     layer_times: LayerTimes
-    tpot_jitter: float = 0.15  # P99 over mean time per token, for schedulability
 
     def min_step_share(self) -> float:
         """Return the share of a full-depth step a token costs at the earliest exit."""
@@ -172,13 +171,16 @@ class TimeBillPlanner:
         p99, utilisation = 0.0, 0.0
         if request.token_deadline_s > 0.0:
             last_kv = (1.0 - alpha) * prompt_tokens + worst - 1
-            step = model.step(last_kv) * (share if mode == Mode.EARLY_EXIT else 1.0)
-            p99 = step * (1.0 + self.tpot_jitter)
+
+            def p99_for(at: Mode) -> float:
+                step = model.step(last_kv) * (share if at == Mode.EARLY_EXIT else 1.0)
+                return p99_tpot_estimate(step, self.tpot_jitter)
+            p99 = p99_for(mode)
             ok, utilisation = schedulable(p99, request.token_deadline_s)
             if not ok and request.mode == Mode.AUTO and ee is not None \
                     and mode != Mode.EARLY_EXIT:
                 mode = Mode.EARLY_EXIT  # full depth is too slow per token; exits are not
-                p99 = model.step(last_kv) * share * (1.0 + self.tpot_jitter)
+                p99 = p99_for(mode)
                 ok, utilisation = schedulable(p99, request.token_deadline_s)
             if not ok:
                 raise Rejection(

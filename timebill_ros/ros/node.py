@@ -196,7 +196,7 @@ class TimebillNode(Node):
             f'early exit at layers {self._exit_rule.exit_layers}: per-layer times from '
             f'{source}: layer {sum(times.layers) * 1e3 / len(times.layers):.2f} ms mean, '
             f'head {times.head_s * 1e3:.2f} ms, full step {times.full_s * 1e3:.1f} ms')
-        return EarlyExitConfig(self._exit_rule, times, self.config.tpot_jitter)
+        return EarlyExitConfig(self._exit_rule, times)
 
     def _load_exit_heads(self, layers: tuple):
         """Return the exit heads the parameter asks for (None: logit lens everywhere)."""
