@@ -19,9 +19,9 @@ SENTENCES = [
     'Children ran along the sea wall while gulls argued over scraps of fish.',
     'In winter the storms closed the harbour for days and the town grew quiet.',
 ]
-CONTEXT = ' '.join(SENTENCES[i % 5] + f' (note {i})' for i in range(90))
+CONTEXT = ' '.join(SENTENCES[i % 5] + f' (note {i})' for i in range(180))
 INSTRUCTION = 'Repeat the notes above, one per line, starting from the first.'
-MAX_NEW = 256
+MAX_NEW = 512
 MARGIN = 0.10  # the node default: room for ETE error on the eviction side
 
 
