@@ -1,9 +1,9 @@
 """run_job applies the deadline rules per token around any engine."""
 
 from timebill_ros.core.deadline import DeadlineClock
-from timebill_ros.core.execution import GenerationStats, run_job, TokenEvent
+from timebill_ros.core.execution import GenerationStats, PrefillDecision, run_job, TokenEvent
 from timebill_ros.core.planning import Plan
-from timebill_ros.core.request import Mode, Outcome, OverrunPolicy, Request
+from timebill_ros.core.request import Mode, Outcome, OverrunPolicy, Rejection, Request
 
 
 class ScriptedClock:
@@ -20,8 +20,11 @@ class StepEngine:
     def __init__(self, clock, step, words=10, fail_at=None):
         self.clock, self.step, self.words, self.fail_at = clock, step, words, fail_at
 
-    def generate(self, prompt_ids, max_new_tokens, plan, on_token, token_budget=None):
+    def generate(self, prompt_ids, max_new_tokens, plan, on_token, token_budget=None,
+                 decide=None):
         stats = GenerationStats(prefill_s=self.step)
+        if decide is not None:  # as the real engine: the plan is made inside prefill
+            stats.plan = decide.plan_from('hidden states')
         self.clock.t += self.step
         for i in range(min(self.words, max_new_tokens)):
             if i == self.fail_at:
@@ -43,7 +46,7 @@ def request(policy=OverrunPolicy.KILL, budget=1.0, max_new=100):
 def run(engine, req, clock, cancel=lambda: False):
     seen = []
     result = run_job(engine, [1, 2], req, Plan(), DeadlineClock(0.0, req.budget_s, clock),
-                     cancel, lambda ev, el, rem: seen.append((ev.text_delta, el, rem)))
+                     cancel, lambda ev, el, rem, plan: seen.append((ev.text_delta, el, rem)))
     return result, seen
 
 
@@ -94,3 +97,29 @@ def test_engine_failure_is_failed_not_raised():
     result, _ = run(StepEngine(clock, 0.01, fail_at=2), request(), clock)
     assert result.outcome == Outcome.FAILED and 'boom' in result.reason
     assert result.text == 'w0 w1 '
+
+
+def test_plan_made_during_prefill_is_the_one_reported():
+    clock = ScriptedClock()
+    req = request()
+    decided = Plan(predicted_tokens=7, predictor='probe', eviction_ratio=0.25)
+    plans = []
+    result = run_job(StepEngine(clock, 0.01, words=3), [1, 2], req, Plan(predictor='pending'),
+                     DeadlineClock(0.0, req.budget_s, clock), lambda: False,
+                     lambda ev, el, rem, plan: plans.append(plan),
+                     PrefillDecision(2, lambda hidden: decided))
+    assert result.outcome == Outcome.COMPLETED and result.plan == decided
+    assert plans == [decided] * 3  # feedback carries the decided plan from the first token
+
+
+def test_rejection_during_prefill_ends_the_goal_as_rejected():
+    clock = ScriptedClock()
+    req = request()
+
+    def refuse(hidden):
+        raise Rejection('cannot meet the deadline: estimated worst case 9 s')
+    result = run_job(StepEngine(clock, 0.01), [1, 2], req, Plan(),
+                     DeadlineClock(0.0, req.budget_s, clock), lambda: False,
+                     lambda *args: None, PrefillDecision(1, refuse))
+    assert result.outcome == Outcome.REJECTED and not result.deadline_met
+    assert 'prefill' in result.reason and 'estimated worst case 9 s' in result.reason

@@ -1,9 +1,11 @@
 """Length buckets, predictor metrics and the data-derived pessimistic factor."""
 
+import numpy as np
 import pytest
 
 from timebill_ros.core.length import (
-    coverage, from_bucket, metrics, num_buckets, pessimistic_factor, to_bucket)
+    coverage, decode_buckets, from_bucket, metrics, num_buckets, pessimistic_factor,
+    to_bucket)
 
 
 def test_bucket_round_trip_is_an_upper_bound_within_one_bucket():
@@ -35,3 +37,22 @@ def test_pessimistic_factor_reaches_the_quantile_and_no_less_suffices():
     # The cap covers long answers: with N_max 150 every true length <= 150 is covered.
     assert pessimistic_factor(predicted, [min(a, 150) for a in actual], 1.0, 150) == 1.5
     assert pessimistic_factor(predicted, [10] * 10, 0.95, 1000) == 1.0
+
+
+def test_decode_rules_on_a_bimodal_distribution():
+    # 40 % "about 32 tokens", 60 % "runs to N_max": argmax and median pick the cap,
+    # the mean lies between the modes.
+    probs = np.zeros(17)
+    probs[2], probs[16] = 0.4, 0.6
+    assert decode_buckets(probs, 16, 256, 'argmax')[0] == 256
+    assert decode_buckets(probs, 16, 256, 'median')[0] == 256
+    assert decode_buckets(probs, 16, 256, 'mean')[0] == pytest.approx(0.4 * 32 + 0.6 * 256)
+    probs[2], probs[16] = 0.6, 0.4
+    assert decode_buckets(probs, 16, 256, 'median')[0] == 32
+
+
+def test_decode_rejects_unknown_rule_and_wrong_width():
+    with pytest.raises(ValueError, match='decode rule'):
+        decode_buckets(np.ones(17), 16, 256, 'mode')
+    with pytest.raises(ValueError, match='buckets'):
+        decode_buckets(np.ones(5), 16, 256, 'mean')

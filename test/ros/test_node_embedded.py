@@ -168,7 +168,21 @@ def test_length_predictor_expects_a_longer_answer_for_an_essay(node):
             return reply.plan.predicted_tokens
         essay = predicted('Write a detailed, multi-section essay on the history of the Roman '
                           'Empire, covering its founding, expansion, government and decline.')
-        word = predicted('Reply with a single word: is water wet? yes or no.')
+        word_prompt = 'Reply with a single word: is water wet? yes or no.'
+        word = predicted(word_prompt)
         assert essay > word
+        # A goal that runs reads the same head off its own prefill (no extra forward):
+        # admitted on a pending plan, it ends with the prediction the service made.
+        client = InstructClient('/rlp/timebill/instruct', 'rlp_client', '/rlp/timebill/responses')
+        try:
+            client.wait_for_server(30)
+            run = client.ask(make_goal(word_prompt, 120.0, mode=G.MODE_EVICTION,
+                                       max_new_tokens=256), 180)
+        finally:
+            client.close()
+        assert run.status == GoalStatus.STATUS_SUCCEEDED and run.result.deadline_met
+        plan = run.result.plan
+        assert plan.predictor.startswith('rlp-') and 'pending' not in plan.predictor
+        assert abs(plan.predicted_tokens - word) <= 1  # same features; 'mean' decode rounds
     finally:
         rlp.stop()

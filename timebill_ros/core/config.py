@@ -63,6 +63,10 @@ PARAMS = (
           '.npz from timebill_ros.cli.train_length.'),
     Param('length_predictor_max_tokens', 256, 'Longest input the length predictor reads; '
           'longer prompts keep their first 32 and last tokens (bounds its cost).', 65, 8192),
+    Param('length_predictor_in_prefill', True, "For heads on the target's own hidden states: "
+          "read them from the goal's prefill (no extra forward; the eviction chosen then is "
+          'applied to the layers already run) instead of running those layers at admission, '
+          'where a goal is then rejected only if even a 1-token answer cannot make it.'),
     Param('early_exit_layers', '', 'MODE_EARLY_EXIT candidate exit layers, comma-separated and '
           "increasing (1-based, e.g. '22,26'); empty disables early exit. Chosen by "
           'timebill_ros.cli.bench_early_exit.'),
@@ -112,6 +116,7 @@ class NodeConfig:
     infeasible: str = 'reject'
     length_predictor: str = 'max-new-tokens'
     length_predictor_max_tokens: int = 256
+    length_predictor_in_prefill: bool = True
     early_exit_layers: str = ''
     early_exit_heads: str = 'shipped'
     early_exit_threshold_start: float = 0.8

@@ -7,7 +7,7 @@ from typing import Callable, Protocol, Sequence
 
 from timebill_ros.core.deadline import after_token, DeadlineClock, finished_outcome, Step
 from timebill_ros.core.planning import Plan
-from timebill_ros.core.request import Outcome, OverrunPolicy, Request
+from timebill_ros.core.request import Outcome, OverrunPolicy, Rejection, Request
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,10 @@ class GenerationStats:
     kv_tokens_after_prefill: int = 0
     # Per decode step under early exit: 'full', 'threshold' or 'forced'.
     exit_kinds: list = field(default_factory=list)
+    # Set when the plan was made during prefill (PrefillDecision).
+    plan: Plan | None = None
+    decide_s: float = 0.0
+    deferred_layers: int = 0
 
     @property
     def decode_s(self) -> float:
@@ -38,12 +42,26 @@ class GenerationStats:
         return float(sum(self.step_times))
 
 
+@dataclass(frozen=True)
+class PrefillDecision:
+    """A plan made while prefill runs, from the output of decoder layer ``layer`` (1-based).
+
+    ``plan_from`` receives that layer's hidden states (batch 1, prompt, hidden)
+    and returns the plan (or raises Rejection); the engine applies its eviction
+    to every layer, the earlier ones after the fact.
+    """
+
+    layer: int
+    plan_from: Callable[[object], Plan]
+
+
 class Engine(Protocol):
     """A model runner: prefill then decode, calling ``on_token`` after every token."""
 
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, plan: Plan,
                  on_token: Callable[[TokenEvent], bool],
-                 token_budget: Callable[[int], float | None] | None = None) -> GenerationStats:
+                 token_budget: Callable[[int], float | None] | None = None,
+                 decide: PrefillDecision | None = None) -> GenerationStats:
         """Generate until EOS, ``max_new_tokens`` or ``on_token`` returns False."""
 
 
@@ -66,7 +84,8 @@ class JobResult:
     exit_kinds: tuple = ()
 
 
-Feedback = Callable[[TokenEvent, float, float], None]
+# (token, elapsed, remaining, plan in force)
+Feedback = Callable[[TokenEvent, float, float, Plan], None]
 
 
 def ended_before_start(clock: DeadlineClock, outcome: Outcome, reason: str,
@@ -79,8 +98,12 @@ def ended_before_start(clock: DeadlineClock, outcome: Outcome, reason: str,
 
 def run_job(engine: Engine, prompt_ids: Sequence[int], request: Request, plan: Plan,
             clock: DeadlineClock, cancel_requested: Callable[[], bool],
-            on_feedback: Feedback) -> JobResult:
-    """Run a request now; stop at the first token boundary the rules say to stop at."""
+            on_feedback: Feedback, decide: PrefillDecision | None = None) -> JobResult:
+    """Run a request now; stop at the first token boundary the rules say to stop at.
+
+    With ``decide`` the plan is remade during prefill (``plan`` is then the
+    admission plan); a Rejection from it ends the goal as REJECTED.
+    """
     started = clock.now()
     queue_s = clock.elapsed(started)
     if cancel_requested():
@@ -92,10 +115,17 @@ def run_job(engine: Engine, prompt_ids: Sequence[int], request: Request, plan: P
 
     parts: list = []
     last_step = [Step.CONTINUE]
+    current = [plan]
+    tracked = None
+    if decide is not None:
+        def plan_from(hidden) -> Plan:
+            current[0] = decide.plan_from(hidden)
+            return current[0]
+        tracked = PrefillDecision(decide.layer, plan_from)
 
     def on_token(event: TokenEvent) -> bool:
         parts.append(event.text_delta)
-        on_feedback(event, clock.elapsed(event.time), clock.remaining(event.time))
+        on_feedback(event, clock.elapsed(event.time), clock.remaining(event.time), current[0])
         last_step[0] = after_token(request.policy, clock, event.time, cancel_requested())
         return last_step[0] == Step.CONTINUE
 
@@ -103,19 +133,26 @@ def run_job(engine: Engine, prompt_ids: Sequence[int], request: Request, plan: P
         # Early exit: decode step ``index`` produces answer token index + 2; the time
         # left is shared by the tokens still to come (worst case), and a per-token
         # deadline caps that share.
-        to_come = max(1, (plan.worst_case_tokens or request.max_new_tokens) - index - 1)
+        worst = current[0].worst_case_tokens or request.max_new_tokens
+        to_come = max(1, worst - index - 1)
         share = max(0.0, clock.remaining()) / to_come
         return min(share, request.token_deadline_s) if request.token_deadline_s > 0 else share
 
     try:
         stats = engine.generate(prompt_ids, request.max_new_tokens, plan, on_token,
-                                token_budget)
+                                token_budget, tracked)
+    except Rejection as exc:  # the plan made during prefill cannot meet the deadline
+        now = clock.now()
+        return JobResult(outcome=Outcome.REJECTED, deadline_met=False,
+                         reason=f'after {clock.elapsed(now) - queue_s:.3f} s of prefill: '
+                                f'{exc.reason}',
+                         queue_s=queue_s, e2e_s=clock.elapsed(now), plan=current[0])
     except Exception as exc:  # noqa: BLE001 - any engine failure must end the goal cleanly
         now = clock.now()
         return JobResult(outcome=Outcome.FAILED, deadline_met=False,
                          reason=f'generation failed: {type(exc).__name__}: {exc}',
                          text=''.join(parts), queue_s=queue_s, e2e_s=clock.elapsed(now),
-                         plan=plan)
+                         plan=current[0])
     finished = clock.now()
     outcome, met = finished_outcome(last_step[0], finished, clock)
     e2e = clock.elapsed(finished)
@@ -124,7 +161,7 @@ def run_job(engine: Engine, prompt_ids: Sequence[int], request: Request, plan: P
         reason=_reason(outcome, met, stats, clock.remaining(finished)),
         text=''.join(parts), tokens=stats.tokens, queue_s=queue_s,
         prefill_s=stats.prefill_s, decode_s=stats.decode_s, e2e_s=e2e,
-        step_times=tuple(stats.step_times), plan=plan,
+        step_times=tuple(stats.step_times), plan=stats.plan or current[0],
         kv_tokens=stats.kv_tokens_after_prefill, exit_kinds=tuple(stats.exit_kinds))
 
 

@@ -27,6 +27,32 @@ def from_bucket(bucket: int, bucket_size: int, n_max: int) -> int:
     return int(min(n_max, max(0, bucket) * bucket_size))
 
 
+DECODE_RULES = ('argmax', 'mean', 'median')
+
+
+def decode_buckets(probs, bucket_size: int, n_max: int, rule: str = 'argmax') -> np.ndarray:
+    """Turn rows of bucket probabilities into predicted lengths.
+
+    'argmax' is TimeBill's N_hat = min(N_max, bucket * B) of the likeliest
+    bucket; 'mean' (expected length: least squared error) and 'median' (least
+    absolute error) read the whole distribution, which matters when it is
+    bimodal (a short answer or a run to N_max).
+    """
+    if rule not in DECODE_RULES:
+        raise ValueError(f'unknown decode rule {rule!r} (expected one of {DECODE_RULES})')
+    p = np.atleast_2d(np.asarray(probs, dtype=float))
+    if p.shape[1] != num_buckets(n_max, bucket_size):
+        raise ValueError(f'{p.shape[1]} probabilities for {num_buckets(n_max, bucket_size)} '
+                         'buckets')
+    lengths = np.array([from_bucket(b, bucket_size, n_max) for b in range(p.shape[1])])
+    if rule == 'argmax':
+        return lengths[p.argmax(axis=1)].astype(float)
+    p = p / p.sum(axis=1, keepdims=True)
+    if rule == 'mean':
+        return p @ lengths
+    return lengths[(p.cumsum(axis=1) >= 0.5 - 1e-12).argmax(axis=1)].astype(float)
+
+
 def metrics(predicted: Sequence[float], actual: Sequence[float]) -> dict:
     """Return MAE, RMSE and R^2 of length predictions."""
     pred, act = np.asarray(predicted, dtype=float), np.asarray(actual, dtype=float)

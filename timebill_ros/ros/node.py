@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 import socket
 import sys
@@ -21,7 +21,8 @@ from diagnostic_msgs.msg import DiagnosticArray
 from timebill_ros.action import Instruct
 from timebill_ros.core.config import NodeConfig, PARAMS
 from timebill_ros.core.deadline import DeadlineClock, SkipNextTracker
-from timebill_ros.core.execution import ended_before_start, JobResult, run_job
+from timebill_ros.core.execution import (
+    ended_before_start, JobResult, PrefillDecision, run_job)
 from timebill_ros.core.planning import (
     FullModelPlanner, MaxTokensPredictor, Plan, TimeBillPlanner)
 from timebill_ros.core.profile import default_path, Profile
@@ -39,8 +40,7 @@ from timebill_ros.runtime.early_exit import LayerwiseDecoder, measure_layer_time
 from timebill_ros.runtime.engine import Engine
 from timebill_ros.runtime.exit_heads import ExitHeads, SHIPPED_EXIT_HEADS
 from timebill_ros.runtime.model import cache_root, load_model, ModelLoadError, prompt_ids
-from timebill_ros.runtime.length_heads import LinearHead
-from timebill_ros.runtime.predictor import HeadPredictor, SHIPPED_HEAD
+from timebill_ros.runtime.predictor import load_predictor, SHIPPED_HEAD
 from timebill_ros.runtime.presses import press_for_plan
 from timebill_ros.runtime.profiler import calibrate, Grid, QUICK
 from timebill_ros.srv import Calibrate, PlanInstruction
@@ -224,15 +224,13 @@ class TimebillNode(Node):
         path = SHIPPED_HEAD if choice == 'rlp' else Path(choice)
         if not path.is_file():
             raise ValueError(f'length_predictor {choice!r}: no head file at {path}')
-        head = LinearHead.load(path)
-        if head.target != self.loaded.name:
+        predictor = load_predictor(path, self.loaded, self.config.length_predictor_max_tokens)
+        if predictor.target != self.loaded.name:
             # Lengths are distilled from one model; another model answers differently.
             self.get_logger().warning(
-                f'length head {path} was trained on {head.target!r} answers, not '
+                f'length predictor {path} was trained on {predictor.target!r} answers, not '
                 f'{self.loaded.name!r}: using max-new-tokens instead')
             return MaxTokensPredictor()
-        predictor = HeadPredictor.from_head(head, self.loaded,
-                                            self.config.length_predictor_max_tokens)
         self.get_logger().info(f'length predictor {predictor.name} from {path}')
         return predictor
 
@@ -323,16 +321,31 @@ class TimebillNode(Node):
 
     # -- admission --------------------------------------------------------------------
 
-    def _admit(self, spec, key: str) -> Job:
-        """Validate, tokenize and plan a goal; raise Rejection with the reason."""
+    def _admit(self, spec, key: str, will_run: bool = True) -> Job:
+        """Validate, tokenize and plan a goal; raise Rejection with the reason.
+
+        A goal that will run and whose length is predicted during its prefill is
+        admitted on the plan for a 1-token answer (rejected only if even that
+        misses); the ~/plan service (``will_run`` False) predicts now.
+        """
         accepted_at = time.monotonic()  # the budget counts from arrival, validation included
         request = validate(spec, self.limits)
         clock = DeadlineClock(accepted_at, request.budget_s)
         ids = prompt_ids(self.loaded.tokenizer, request.instruction, request.context,
                          lock=self.loaded.tokenizer_lock)
         check_prompt_fits(len(ids), self.loaded.context_window)
-        plan = self.planner.plan(request, len(ids), clock.remaining())
+        if will_run and self._predict_in_prefill(request):
+            plan = self.planner.plan(request, len(ids), clock.remaining(), predicted=1)
+            plan = replace(plan, predictor=f'{plan.predictor} (pending: predicted in prefill)')
+        else:
+            plan = self.planner.plan(request, len(ids), clock.remaining())
         return Job(key=key, request=request, prompt_ids=ids, clock=clock, plan=plan)
+
+    def _predict_in_prefill(self, request) -> bool:
+        """Say whether this goal's length comes from its own prefill's hidden states."""
+        return (self.config.length_predictor_in_prefill and request.expected_tokens <= 0
+                and isinstance(self.planner, TimeBillPlanner)
+                and getattr(self.predictor, 'prefill_layer', 0) > 0)
 
     def _check_room(self) -> None:
         """Raise Rejection when no goal can wait (lock held)."""
@@ -386,7 +399,7 @@ class TimebillNode(Node):
 
     def _on_plan(self, request, response):
         try:
-            job = self._admit(convert.spec_from(request), 'plan-request')
+            job = self._admit(convert.spec_from(request), 'plan-request', will_run=False)
             with self._lock:
                 self._check_room()
         except Rejection as exc:
@@ -439,23 +452,33 @@ class TimebillNode(Node):
             job.goal_handle.execute()
         if skip_reason:
             return ended_before_start(job.clock, Outcome.SKIPPED, skip_reason, job.plan)
+        request, n_prompt = job.request, len(job.prompt_ids)
+        if self._predict_in_prefill(request):
+            left = job.clock.remaining()  # at the start of prefill, which the plan covers
+            predictor = self.predictor
+
+            def plan_from(hidden) -> Plan:
+                return self.planner.plan(request, n_prompt, left,
+                                         predictor.predict_from_hidden(hidden, request))
+            return run_job(self.engine, job.prompt_ids, request, job.plan, job.clock,
+                           job.cancel_requested, self._feedback_sender(job),
+                           PrefillDecision(predictor.prefill_layer, plan_from))
         try:
             # Re-plan with the time actually left after queueing.
-            plan = self.planner.plan(job.request, len(job.prompt_ids), job.clock.remaining(),
+            plan = self.planner.plan(request, n_prompt, job.clock.remaining(),
                                      job.plan.predicted_tokens or None)
         except Rejection as exc:
             return ended_before_start(job.clock, Outcome.REJECTED,
                                       f'after {job.clock.elapsed():.3f} s in queue: {exc.reason}',
                                       job.plan)
-        feedback = self._feedback_sender(job, plan)
-        return run_job(self.engine, job.prompt_ids, job.request, plan, job.clock,
-                       job.cancel_requested, feedback)
+        return run_job(self.engine, job.prompt_ids, request, plan, job.clock,
+                       job.cancel_requested, self._feedback_sender(job))
 
-    def _feedback_sender(self, job: Job, plan: Plan):
+    def _feedback_sender(self, job: Job):
         if job.goal_handle is None:
-            return lambda event, elapsed, remaining: None
+            return lambda event, elapsed, remaining, plan: None
 
-        def send(event, elapsed, remaining):
+        def send(event, elapsed, remaining, plan):
             job.goal_handle.publish_feedback(
                 convert.feedback_msg(event, elapsed, remaining, plan))
         return send

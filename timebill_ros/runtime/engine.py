@@ -6,7 +6,7 @@ from contextlib import nullcontext
 import time
 from typing import Callable, Sequence
 
-from timebill_ros.core.execution import GenerationStats, TokenEvent
+from timebill_ros.core.execution import GenerationStats, PrefillDecision, TokenEvent
 from timebill_ros.core.planning import Plan
 from timebill_ros.core.request import Mode
 from timebill_ros.runtime.model import LoadedModel
@@ -77,30 +77,59 @@ class Engine:
             self.generate(long_ids, tokens, Plan(eviction_ratio=0.5, press=press),
                           lambda event: True)
 
+    def _prefill(self, ids, cache, plan: Plan, decide: PrefillDecision | None, stats):
+        """Run the prefill under the plan's press, or under the press decided midway."""
+        model = self.loaded.model
+        if decide is None:
+            press = self.press_for_plan(plan) if self.press_for_plan else None
+            with press(model) if press is not None else nullcontext():
+                return model(input_ids=ids, past_key_values=cache, use_cache=True), plan
+        from timebill_ros.runtime.deferred_press import DeferredPress
+        layers = model.model.layers
+        if not 1 <= decide.layer <= len(layers):
+            raise ValueError(f'decision layer {decide.layer} outside 1..{len(layers)}')
+        deferred, decided = DeferredPress(), [plan]
+
+        def on_layer(module, args, kwargs, output):
+            t = self.clock()
+            decided[0] = decide.plan_from(output[0] if isinstance(output, tuple) else output)
+            deferred.decide(self.press_for_plan(decided[0]) if self.press_for_plan else None)
+            stats.decide_s = self.clock() - t
+
+        handle = layers[decide.layer - 1].register_forward_hook(on_layer, with_kwargs=True)
+        try:
+            with deferred(model):
+                out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+        finally:
+            handle.remove()
+        stats.plan, stats.deferred_layers = decided[0], deferred.deferred_layers
+        return out, decided[0]
+
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, plan: Plan,
                  on_token: Callable[[TokenEvent], bool],
-                 token_budget: Callable[[int], float | None] | None = None) -> GenerationStats:
+                 token_budget: Callable[[int], float | None] | None = None,
+                 decide: PrefillDecision | None = None) -> GenerationStats:
         """Prefill (under the plan's press) then decode greedily, one token per step.
 
         ``token_budget(i)`` gives the seconds decode step i may take (early exit only).
+        With ``decide`` the plan (and its press) is made during prefill from a
+        layer's hidden states; ``stats.plan`` is that plan.
         """
         import torch
         from transformers import DynamicCache
 
-        model, device = self.loaded.model, self.loaded.device
+        device = self.loaded.device
         stats = GenerationStats()
         decoder = StreamDecoder(self.loaded.tokenizer, self.loaded.tokenizer_lock)
         n_prompt = len(prompt_ids)
-        press = self.press_for_plan(plan) if self.press_for_plan else None
-        layerwise = self.exit_decoder if plan.mode == Mode.EARLY_EXIT else None
         with torch.inference_mode():
             ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
             cache = DynamicCache()
             t0 = self.clock()
-            with press(model) if press is not None else nullcontext():
-                out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+            out, plan = self._prefill(ids, cache, plan, decide, stats)
             next_id = int(out.logits[0, -1].argmax())
             stats.prefill_s = self.clock() - t0
+            layerwise = self.exit_decoder if plan.mode == Mode.EARLY_EXIT else None
             stats.kv_tokens_after_prefill = cache.get_seq_length()
             step_ids = torch.empty((1, 1), dtype=torch.long, device=device)
             position = torch.empty((1, 1), dtype=torch.long, device=device)
@@ -128,8 +157,8 @@ class Engine:
                 # Explicit positions: after eviction the cache is shorter than the
                 # prompt, and RoPE must still see the token's true position.
                 position[0, 0] = n_prompt + index
-                out = model(input_ids=step_ids, past_key_values=cache,
-                            position_ids=position, use_cache=True)
+                out = self.loaded.model(input_ids=step_ids, past_key_values=cache,
+                                        position_ids=position, use_cache=True)
                 next_id = int(out.logits[0, -1].argmax())
                 stats.step_times.append(self.clock() - t)
         stats.stop = 'max_tokens'

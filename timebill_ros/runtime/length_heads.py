@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from timebill_ros.core.length import from_bucket, to_bucket
+from timebill_ros.core.length import decode_buckets, to_bucket
 
 
 @dataclass
@@ -24,6 +24,8 @@ class LinearHead:
     features: str = ''
     # The model whose answer lengths the head was distilled from.
     target: str = ''
+    # How bucket scores become a length (core.length.DECODE_RULES; TimeBill: argmax).
+    decode: str = 'argmax'
 
     def predict(self, features: np.ndarray) -> np.ndarray:
         """Return predicted lengths for rows of features."""
@@ -31,14 +33,14 @@ class LinearHead:
         out = x @ self.weight.T + self.bias
         if self.bucket_size == 0:
             return np.clip(out[:, 0], 0, self.n_max)
-        return np.array([from_bucket(int(b), self.bucket_size, self.n_max)
-                         for b in out.argmax(axis=1)])
+        probs = np.exp(out - out.max(axis=1, keepdims=True))
+        return decode_buckets(probs, self.bucket_size, self.n_max, self.decode)
 
     def save(self, path) -> None:
         """Write the head as a small .npz."""
         np.savez(path, weight=self.weight, bias=self.bias, mean=self.mean, scale=self.scale,
                  bucket_size=self.bucket_size, n_max=self.n_max, features=self.features,
-                 target=self.target)
+                 target=self.target, decode=self.decode)
 
     @classmethod
     def load(cls, path) -> 'LinearHead':
@@ -47,7 +49,8 @@ class LinearHead:
         return cls(data['weight'], data['bias'], data['mean'], data['scale'],
                    int(data['bucket_size']), int(data['n_max']),
                    str(data['features']) if 'features' in data else '',
-                   str(data['target']) if 'target' in data else '')
+                   str(data['target']) if 'target' in data else '',
+                   str(data['decode']) if 'decode' in data else 'argmax')
 
 
 def train_head(features: np.ndarray, lengths: np.ndarray, bucket_size: int, n_max: int,

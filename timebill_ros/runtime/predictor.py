@@ -1,9 +1,11 @@
-"""Response-length predictors for the planner: a trained head over cheap prompt features.
+"""Response-length predictors for the planner.
 
-Features are either the target model's own hidden state after its first L
-layers ('L<L>-last' / 'L<L>-mean'; only those L layers run, about L/30 of a
-prefill) or an all-MiniLM-L6-v2 sentence embedding ('minilm'). Both match what
-``timebill_ros.cli.train_length`` trained the head on.
+Two kinds, both written by ``timebill_ros.cli.train_length``: a linear head
+over cheap prompt features (the target model's own hidden state after its
+first L layers, 'L<L>-last' / 'L<L>-mean', where only those L layers run; or a
+frozen all-MiniLM-L6-v2 sentence embedding, 'minilm'), and a separate
+fine-tuned MiniLM backbone with a bucket head (runtime/length_encoder.py).
+``load_predictor`` tells them apart by the file.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import threading
 import numpy as np
 
 from timebill_ros.core.request import Request
+from timebill_ros.runtime.length_encoder import EncoderLengthModel, is_encoder_file
 from timebill_ros.runtime.length_heads import LinearHead
 from timebill_ros.runtime.model import LoadedModel, prompt_ids
 
@@ -50,6 +53,15 @@ class TargetLayerFeatures:
             raise ValueError(f'layer {layers} outside 1..{loaded.num_layers}')
         self.loaded, self.layers, self.pooling = loaded, layers, pooling
 
+    def pool(self, hidden) -> np.ndarray:
+        """Pool hidden states (1, tokens, hidden) after ``layers`` layers into features."""
+        import torch
+        with torch.inference_mode():
+            if self.layers == self.loaded.num_layers:
+                hidden = self.loaded.model.model.norm(hidden)  # HF's last state is normed
+            pooled = hidden[0, -1] if self.pooling == 'last' else hidden[0].mean(0)
+            return pooled.float().cpu().numpy()
+
     def __call__(self, request: Request) -> np.ndarray:
         """Run the first layers on the chat-formatted prompt and pool the states."""
         import torch
@@ -67,10 +79,7 @@ class TargetLayerFeatures:
                 # No mask: SDPA then applies causal attention, as in a plain prefill.
                 hidden = layer(hidden, position_ids=positions, position_embeddings=rotary)
                 hidden = hidden[0] if isinstance(hidden, tuple) else hidden
-            if self.layers == self.loaded.num_layers:
-                hidden = inner.norm(hidden)  # HF's last hidden state is normed
-            pooled = hidden[0, -1] if self.pooling == 'last' else hidden[0].mean(0)
-        return pooled.float().cpu().numpy()
+        return self.pool(hidden)
 
 
 class MiniLMFeatures:
@@ -126,5 +135,51 @@ class HeadPredictor:
 
     def predict(self, request: Request, prompt_tokens: int) -> int:
         """Return the predicted answer length, capped by the goal's max_new_tokens."""
-        n_hat = int(self.head.predict(self.featurizer(request)[None])[0])
+        return self._length(self.featurizer(request), request)
+
+    @property
+    def prefill_layer(self) -> int:
+        """Return the target layer whose prefill output the head reads (0: not a probe)."""
+        return self.featurizer.layers if isinstance(self.featurizer, TargetLayerFeatures) \
+            else 0
+
+    def predict_from_hidden(self, hidden, request: Request) -> int:
+        """Predict from the prefill's own hidden states after ``prefill_layer`` layers.
+
+        The whole prompt is in them (no input bound): nothing runs but the head.
+        """
+        return self._length(self.featurizer.pool(hidden), request)
+
+    def _length(self, features: np.ndarray, request: Request) -> int:
+        n_hat = int(round(float(self.head.predict(features[None])[0])))
         return max(1, min(n_hat, request.max_new_tokens))
+
+
+class EncoderPredictor:
+    """LengthPredictor backed by a fine-tuned MiniLM (a separate model from the target)."""
+
+    def __init__(self, model: EncoderLengthModel):
+        """Wrap a loaded EncoderLengthModel."""
+        self.model = model
+        self.target = model.target
+        self.name = f'rlp-{model.kind}-b{model.bucket_size}-{model.decode}'
+
+    def predict(self, request: Request, prompt_tokens: int) -> int:
+        """Return the predicted answer length, capped by the goal's max_new_tokens."""
+        n_hat = int(round(float(self.model.predict_texts([user_content(request)])[0])))
+        return max(1, min(n_hat, request.max_new_tokens))
+
+
+def load_predictor(path, loaded: LoadedModel, max_tokens: int = 0):
+    """Load a predictor file: a fine-tuned encoder or a linear head (with its featurizer).
+
+    ``max_tokens`` bounds the input of target-layer features; an encoder keeps
+    the bound it was trained with. The returned object has ``.target``, the
+    model whose answer lengths it was distilled from.
+    """
+    if is_encoder_file(path):
+        return EncoderPredictor(EncoderLengthModel.load(path))
+    head = LinearHead.load(path)
+    predictor = HeadPredictor.from_head(head, loaded, max_tokens)
+    predictor.target = head.target
+    return predictor
