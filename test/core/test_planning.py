@@ -130,3 +130,6 @@ def test_per_token_deadline_schedulability():
     # AUTO switches to early exit, whose earliest exit costs a third of a step.
     auto = planner.plan(replace(req(Mode.AUTO), token_deadline_s=last_step), 2000, 100.0)
     assert auto.mode == Mode.EARLY_EXIT and auto.utilisation < 1.0
+    # ... and its estimate is the early-exit one, not the full-depth one it replaced.
+    kept = (1.0 - auto.eviction_ratio) * 2000
+    assert auto.est_wcet_s == pytest.approx(MODEL.prefill(2000) + MODEL.decode(kept, 100) / 3)

@@ -72,7 +72,7 @@ def fit_linear(x, y, train, val, bucket_size: int, n_max: int) -> tuple:
     from timebill_ros.core.length import DECODE_RULES, metrics
     from timebill_ros.runtime.length_heads import train_head
     best = None
-    for l2 in (0.01, 1.0, 10.0, 100.0):
+    for l2 in (0.01, 1.0, 10.0, 100.0, 1000.0):
         head = train_head(x[train], y[train], bucket_size, n_max, l2=l2)
         for rule in (DECODE_RULES if bucket_size else ('argmax',)):
             head.decode = rule

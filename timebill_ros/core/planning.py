@@ -153,21 +153,8 @@ class TimeBillPlanner:
             alpha = decision.alpha
             if not decision.feasible and request.mode == Mode.AUTO and ee is not None:
                 mode, alpha = Mode.EARLY_EXIT, self.alpha_max  # both: evict and exit early
-        if mode == Mode.EARLY_EXIT:
-            # Exits guarantee the earliest candidate's cost per token; plan on that.
-            wcet = model.prefill(prompt_tokens) + share * model.decode(
-                (1.0 - alpha) * prompt_tokens, worst)
-        else:
-            wcet = model.wcet(prompt_tokens, alpha, worst)
-        feasible = wcet <= target
-        if not feasible and request.mode != Mode.NONE and request.eviction_ratio == 0.0 \
-                and self.infeasible == 'reject':
-            how = 'with early exit at layer %d' % ee.rule.exit_layers[0] \
-                if mode == Mode.EARLY_EXIT else f'even at eviction ratio {self.alpha_max:g}'
-            raise Rejection(
-                f'cannot meet the deadline: estimated worst case {wcet:.3f} s {how} > '
-                f'{target:.3f} s ({time_left_s:.3f} s left less a {self.time_margin:.0%} '
-                f'margin; prompt {prompt_tokens} tokens, up to {worst} answer tokens)')
+        # The per-token deadline first: it may switch AUTO to early exit, and the
+        # estimate below must be the one of the mode that runs.
         p99, utilisation = 0.0, 0.0
         if request.token_deadline_s > 0.0:
             last_kv = (1.0 - alpha) * prompt_tokens + worst - 1
@@ -187,6 +174,21 @@ class TimeBillPlanner:
                     f'not schedulable: estimated P99 time per token {p99 * 1e3:.1f} ms > '
                     f'per-token deadline {request.token_deadline_s * 1e3:.1f} ms '
                     f'(U = {utilisation:.2f}, mode {mode.name}, KV up to {last_kv:.0f} tokens)')
+        if mode == Mode.EARLY_EXIT:
+            # Exits guarantee the earliest candidate's cost per token; plan on that.
+            wcet = model.prefill(prompt_tokens) + share * model.decode(
+                (1.0 - alpha) * prompt_tokens, worst)
+        else:
+            wcet = model.wcet(prompt_tokens, alpha, worst)
+        feasible = wcet <= target
+        if not feasible and request.mode != Mode.NONE and request.eviction_ratio == 0.0 \
+                and self.infeasible == 'reject':
+            how = 'with early exit at layer %d' % ee.rule.exit_layers[0] \
+                if mode == Mode.EARLY_EXIT else f'even at eviction ratio {self.alpha_max:g}'
+            raise Rejection(
+                f'cannot meet the deadline: estimated worst case {wcet:.3f} s {how} > '
+                f'{target:.3f} s ({time_left_s:.3f} s left less a {self.time_margin:.0%} '
+                f'margin; prompt {prompt_tokens} tokens, up to {worst} answer tokens)')
         prefill = model.prefill(prompt_tokens)
         return Plan(
             mode=mode,
