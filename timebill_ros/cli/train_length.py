@@ -98,6 +98,9 @@ def main(argv=None) -> int:
     parser.add_argument('--encoder-layers', type=int, default=2,
                         help='top MiniLM layers fine-tuned (0: skip the fine-tuned encoder)')
     parser.add_argument('--encoder-epochs', type=int, default=8)
+    parser.add_argument('--encoder-out', default='',
+                        help='also save the fine-tuned encoder here (for bench_predictor '
+                             '--encoder or length_predictor), whether or not it is the default')
     args = parser.parse_args(argv)
     with open(os.path.join(args.data, 'settings.json'), encoding='utf-8') as handle:
         settings = json.load(handle)
@@ -170,6 +173,8 @@ def main(argv=None) -> int:
                np.array([texts[i] for i in range(n)], dtype=object),
                decode_buckets(test_probs, 16, n_max, encoder.decode))
         history = [dict(h, minutes=minutes) for h in history]
+        if args.encoder_out:
+            encoder.save(args.encoder_out)
 
     # Default: the fine-grained (16-token) predictor with the lowest validation MAE.
     _, default_name, default, x_default = min(
