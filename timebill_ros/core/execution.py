@@ -33,7 +33,6 @@ class GenerationStats:
     exit_kinds: list = field(default_factory=list)
     # Set when the plan was made during prefill (PrefillDecision).
     plan: Plan | None = None
-    decide_s: float = 0.0
     deferred_layers: int = 0
 
     @property
@@ -161,7 +160,7 @@ def run_job(engine: Engine, prompt_ids: Sequence[int], request: Request, plan: P
         reason=_reason(outcome, met, stats, clock.remaining(finished)),
         text=''.join(parts), tokens=stats.tokens, queue_s=queue_s,
         prefill_s=stats.prefill_s, decode_s=stats.decode_s, e2e_s=e2e,
-        step_times=tuple(stats.step_times), plan=stats.plan or current[0],
+        step_times=tuple(stats.step_times), plan=current[0],
         kv_tokens=stats.kv_tokens_after_prefill, exit_kinds=tuple(stats.exit_kinds))
 
 

