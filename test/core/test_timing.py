@@ -88,6 +88,24 @@ def test_online_drift_factor_closes_a_steady_slowdown_within_two_goals():
     assert 1.0 < online.drift_decode <= 3.0
 
 
+def test_online_model_reproduces_a_goal_at_new_lengths_without_overshoot():
+    # Calibrated up to 2,048 tokens; the first goal runs at 4,000 on a 10 % slower
+    # machine. The re-fit follows that goal, so the drift factor must not count the
+    # gap a second time (measured against the pre-fit it made plans ~5 % too long).
+    online = OnlineTimingModel(TRUE)
+    online.seed([(n, TRUE.prefill(n)) for n in (32, 256, 512, 768, 1024, 1536, 2048)],
+                [(n, TRUE.step(n)) for n in (16, 512, 768, 1024, 1536, 2048)])
+    slow = TimingModel(*(1.1 * v for v in (TRUE.a, TRUE.b, TRUE.c, TRUE.p, TRUE.q)))
+    n = 4000
+    model = online.observe(n, slow.prefill(n), n, [slow.step(n + i) for i in range(511)])
+    assert model.prefill(n) == pytest.approx(slow.prefill(n), rel=0.02)
+    assert model.decode(n, 512) == pytest.approx(slow.decode(n, 512), rel=0.02)
+    # A second goal with a short (evicted) cache pins the other end of the line.
+    model = online.observe(n, slow.prefill(n), 200, [slow.step(200 + i) for i in range(511)])
+    assert model.decode(200, 512) == pytest.approx(slow.decode(200, 512), rel=0.03)
+    assert model.decode(n, 512) == pytest.approx(slow.decode(n, 512), rel=0.03)
+
+
 def test_online_drift_gain_zero_keeps_the_plain_refit():
     online = OnlineTimingModel(TRUE, drift_gain=0.0)
     online.observe(1000, 2 * TRUE.prefill(1000), 1000, [2 * TRUE.step(1000 + i) for i in range(9)])

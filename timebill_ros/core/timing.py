@@ -119,10 +119,12 @@ class OnlineTimingModel:
 
     The re-fit alone follows a uniform slowdown slowly (the calibration samples
     still outvote a goal's few), so each phase also carries a drift factor: an
-    exponential average (weight ``drift_gain``) of measured / fitted time per
-    goal. ``model`` is the fit scaled by the drift factors. Under a steady
-    slowdown s the fit tends to some m between 1 and s and the factor to s / m,
-    so the product is s; right after a change it over-shoots, on the safe side.
+    exponential average (weight ``drift_gain``) of measured time / the re-fit's
+    time for each goal, taken after the re-fit has seen the goal, so it holds
+    only what the fit still misses (taken before, it counted the goal twice and
+    over-estimated every plan after a change). ``model`` is the fit scaled by
+    the drift factors. Under a steady slowdown s the fit tends to some m
+    between 1 and s and the factor to s / m, so the product is s.
     """
 
     model: TimingModel
@@ -153,14 +155,6 @@ class OnlineTimingModel:
     def observe(self, n_x: int, prefill_s: float, kv_after_prefill: int,
                 step_times: Sequence[float]) -> TimingModel:
         """Fold one served goal's timings in and refit; return the new model."""
-        decode_s = float(sum(step_times))
-        if prefill_s > 0:
-            self.drift_prefill = self._drift(self.drift_prefill, prefill_s,
-                                             self.fit.prefill(n_x))
-        if step_times:
-            self.drift_decode = self._drift(self.drift_decode, decode_s,
-                                            self.fit.decode(kv_after_prefill,
-                                                            len(step_times) + 1))
         if prefill_s > 0:
             self.prefill_samples.append((n_x, prefill_s))
         if step_times:
@@ -175,6 +169,13 @@ class OnlineTimingModel:
                 self.decode_samples.append((middle, float(chunk.mean())))
                 start += len(chunk)
         self.fit = self._refit()
+        if prefill_s > 0:
+            self.drift_prefill = self._drift(self.drift_prefill, prefill_s,
+                                             self.fit.prefill(n_x))
+        if step_times:
+            self.drift_decode = self._drift(self.drift_decode, float(sum(step_times)),
+                                            self.fit.decode(kv_after_prefill,
+                                                            len(step_times) + 1))
         f, g = self.drift_prefill, self.drift_decode
         self.model = TimingModel(self.fit.a * f, self.fit.b * f, self.fit.c * f,
                                  self.fit.p * g, self.fit.q * g)
