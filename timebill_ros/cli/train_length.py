@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     """Train, compare, write results/length_predictor.{md,json} and the default head."""
     from timebill_ros.core.length import (
         coverage, decode_buckets, DECODE_RULES, metrics, pessimistic_factor)
-    from timebill_ros.runtime.length_data import PROBE_LAYERS, select_prompts
+    from timebill_ros.runtime.length_data import PROBE_LAYERS, prompt_texts, source_of
     from timebill_ros.runtime.length_encoder import train_encoder
     from timebill_ros.runtime.model import cache_root, load_model
     parser = argparse.ArgumentParser(description=__doc__)
@@ -144,7 +144,7 @@ def main(argv=None) -> int:
              math.ceil(n_max / 5), '5 coarse')
     evaluate(f'target probe {key}, 10-class (S3-style)', features[key],
              math.ceil(n_max / 10), '10 coarse')
-    prompts = dict(select_prompts(load_model('embedded').tokenizer, 10 ** 6))
+    prompts = prompt_texts(load_model('embedded').tokenizer, [r['id'] for r in labels])
     texts = [prompts[r['id']] for r in labels]
     minilm = minilm_embeddings(texts)
     evaluate('all-MiniLM-L6-v2 encoder', minilm, 16, f'{n_max // 16 + 1} x 16', 'minilm')
@@ -183,6 +183,17 @@ def main(argv=None) -> int:
         return default.predict(x_default[rows])
     k = pessimistic_factor(predict(val), y[val], args.quantile, n_max)
     cov = coverage(predict(test), y[test], k, n_max)
+    # Per prompt source (chat turns vs task prompts), the default on its test rows.
+    sources = np.array([source_of(r['id']) for r in labels])
+    by_source = {}
+    for name in sorted(set(sources)):
+        rows_s = test[sources[test] == name]
+        if len(rows_s) >= 2:
+            by_source[name] = {'test_prompts': int(len(rows_s)),
+                               'labels': int(np.sum(sources == name)),
+                               'hit_max_share': float(np.mean(y[sources == name] >= n_max)),
+                               'length_mean': float(y[sources == name].mean()),
+                               **metrics(predict(rows_s), y[rows_s])}
     os.makedirs(os.path.dirname(args.head_out), exist_ok=True)
     default.save(args.head_out)
 
@@ -202,6 +213,7 @@ def main(argv=None) -> int:
               'default': {'predictor': default_name, 'bucket_size': 16,
                           'decode': default.decode}, 'rows': rows,
               'learning_curve': {'features': key, 'points': curve},
+              'default_by_source': by_source,
               'encoder_training': history,
               'pessimistic_factor': {'quantile': args.quantile, 'k': k,
                                      'test_coverage': cov}}
@@ -210,7 +222,9 @@ def main(argv=None) -> int:
               encoding='utf-8') as handle:
         json.dump(report, handle, indent=2)
     lines = [f"# Response length predictors ({report['date']}, {report['machine']})", '',
-             f"`python -m timebill_ros.cli.train_length`; {n} ShareGPT prompts labelled with "
+             f"`python -m timebill_ros.cli.train_length`; {n} prompts ("
+             + ', '.join(f"{v['labels']} {k}" for k, v in by_source.items())
+             + f") labelled with "
              f"{settings['model']} greedy, N_max {n_max} ({report['hit_max_share']:.0%} hit "
              f"N_max, mean length {report['length_mean']:.1f}); split "
              f"{len(train)}/{len(val)}/{len(test)}; metrics on the test split.", '',
@@ -224,7 +238,13 @@ def main(argv=None) -> int:
               f'{default.decode} decoding. Pessimistic factor from validation '
               f'errors at the {args.quantile:.0%} quantile: k = {k:.2f}; test coverage '
               f'{cov:.1%}.', '',
-              f'Learning curve ({key} probe, 16-token buckets; test split):', '',
+              'Default predictor per prompt source (test split):', '',
+              '| source | labels | hit N_max | mean length | test prompts | MAE | RMSE | R^2 |',
+              '|---|---|---|---|---|---|---|---|']
+    lines += [f"| {name} | {v['labels']} | {v['hit_max_share']:.0%} | "
+              f"{v['length_mean']:.1f} | {v['test_prompts']} | {v['mae']:.1f} | "
+              f"{v['rmse']:.1f} | {v['r2']:.3f} |" for name, v in by_source.items()]
+    lines += ['', f'Learning curve ({key} probe, 16-token buckets; test split):', '',
               '| training prompts | MAE | RMSE | R^2 |', '|---|---|---|---|']
     lines += [f"| {p['train']} | {p['mae']:.1f} | {p['rmse']:.1f} | {p['r2']:.3f} |"
               for p in curve]

