@@ -116,10 +116,13 @@ def test_rejection_during_prefill_ends_the_goal_as_rejected():
     clock = ScriptedClock()
     req = request()
 
+    infeasible = Plan(predicted_tokens=200, predictor='probe', feasible=False)
+
     def refuse(hidden):
-        raise Rejection('cannot meet the deadline: estimated worst case 9 s')
+        raise Rejection('cannot meet the deadline: estimated worst case 9 s', infeasible)
     result = run_job(StepEngine(clock, 0.01), [1, 2], req, Plan(),
                      DeadlineClock(0.0, req.budget_s, clock), lambda: False,
                      lambda *args: None, PrefillDecision(1, refuse))
     assert result.outcome == Outcome.REJECTED and not result.deadline_met
     assert 'prefill' in result.reason and 'estimated worst case 9 s' in result.reason
+    assert result.plan == infeasible  # the plan the reason cites, not the admission one

@@ -54,8 +54,11 @@ def test_pessimistic_factor_scales_the_worst_case():
 
 
 def test_infeasible_rejects_with_estimate_or_runs_best_effort():
-    with pytest.raises(Rejection, match='estimated worst case'):
+    with pytest.raises(Rejection, match='estimated worst case') as refused:
         TimeBillPlanner(lambda: MODEL, MaxTokensPredictor()).plan(req(Mode.EVICTION), 2000, 1.0)
+    # The rejection carries the plan its estimate comes from.
+    assert not refused.value.plan.feasible and refused.value.plan.est_wcet_s > 1.0
+    assert f'{refused.value.plan.est_wcet_s:.3f} s' in refused.value.reason
     plan = TimeBillPlanner(lambda: MODEL, MaxTokensPredictor(), alpha_max=0.9,
                            infeasible='best_effort').plan(req(Mode.EVICTION), 2000, 1.0)
     assert plan.eviction_ratio == 0.9 and not plan.feasible

@@ -145,7 +145,8 @@ def run_job(engine: Engine, prompt_ids: Sequence[int], request: Request, plan: P
         return JobResult(outcome=Outcome.REJECTED, deadline_met=False,
                          reason=f'after {clock.elapsed(now) - queue_s:.3f} s of prefill: '
                                 f'{exc.reason}',
-                         queue_s=queue_s, e2e_s=clock.elapsed(now), plan=current[0])
+                         queue_s=queue_s, e2e_s=clock.elapsed(now),
+                         plan=exc.plan if exc.plan is not None else current[0])
     except Exception as exc:  # noqa: BLE001 - any engine failure must end the goal cleanly
         now = clock.now()
         return JobResult(outcome=Outcome.FAILED, deadline_met=False,

@@ -181,16 +181,8 @@ class TimeBillPlanner:
         else:
             wcet = model.wcet(prompt_tokens, alpha, worst)
         feasible = wcet <= target
-        if not feasible and request.mode != Mode.NONE and request.eviction_ratio == 0.0 \
-                and self.infeasible == 'reject':
-            how = 'with early exit at layer %d' % ee.rule.exit_layers[0] \
-                if mode == Mode.EARLY_EXIT else f'even at eviction ratio {self.alpha_max:g}'
-            raise Rejection(
-                f'cannot meet the deadline: estimated worst case {wcet:.3f} s {how} > '
-                f'{target:.3f} s ({time_left_s:.3f} s left less a {self.time_margin:.0%} '
-                f'margin; prompt {prompt_tokens} tokens, up to {worst} answer tokens)')
         prefill = model.prefill(prompt_tokens)
-        return Plan(
+        plan = Plan(
             mode=mode,
             prompt_tokens=prompt_tokens, predicted_tokens=predicted,
             predictor=predictor, worst_case_tokens=worst,
@@ -203,3 +195,12 @@ class TimeBillPlanner:
             exit_layers=tuple(ee.rule.exit_layers) if mode == Mode.EARLY_EXIT else (),
             token_deadline_s=request.token_deadline_s, est_p99_tpot_s=p99,
             utilisation=utilisation)
+        if not feasible and request.mode != Mode.NONE and request.eviction_ratio == 0.0 \
+                and self.infeasible == 'reject':
+            how = 'with early exit at layer %d' % ee.rule.exit_layers[0] \
+                if mode == Mode.EARLY_EXIT else f'even at eviction ratio {self.alpha_max:g}'
+            raise Rejection(
+                f'cannot meet the deadline: estimated worst case {wcet:.3f} s {how} > '
+                f'{target:.3f} s ({time_left_s:.3f} s left less a {self.time_margin:.0%} '
+                f'margin; prompt {prompt_tokens} tokens, up to {worst} answer tokens)', plan)
+        return plan

@@ -39,12 +39,16 @@ class Mode(enum.IntEnum):
 
 
 class Rejection(ValueError):
-    """A goal cannot be accepted; ``reason`` is shown to the caller."""
+    """A goal cannot be accepted; ``reason`` is shown to the caller.
 
-    def __init__(self, reason: str):
+    ``plan`` is the infeasible plan when one was made (the estimate the reason cites).
+    """
+
+    def __init__(self, reason: str, plan=None):
         """Keep the reason as the exception message."""
         super().__init__(reason)
         self.reason = reason
+        self.plan = plan
 
 
 @dataclass(frozen=True)
