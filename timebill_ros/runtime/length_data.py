@@ -142,11 +142,12 @@ def label_batch(loaded, prompts: list, n_max: int) -> list:
         ids[i, width - len(row):] = torch.tensor(row)
         mask[i, width - len(row):] = 1
     with torch.inference_mode():
-        # One prefill: generate's first forward returns the prompt's hidden states.
-        gen = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n_max,
-                             do_sample=False, pad_token_id=pad, output_hidden_states=True,
-                             return_dict_in_generate=True)
-    hidden, out = gen.hidden_states[0], gen.sequences
+        # Two passes: generate(output_hidden_states=True) keeps growing memory with
+        # every decode step here (24 GB for 8 prompts of ~1,000 tokens).
+        hidden = model(input_ids=ids, attention_mask=mask, output_hidden_states=True,
+                       use_cache=False).hidden_states
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n_max,
+                             do_sample=False, pad_token_id=pad)
     results = []
     weights = mask.unsqueeze(-1).float()
     # A shallower model (the tiny test model) repeats its last layer: same feature shape.
