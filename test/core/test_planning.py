@@ -64,6 +64,18 @@ def test_infeasible_rejects_with_estimate_or_runs_best_effort():
     assert plan.eviction_ratio == 0.9 and not plan.feasible
 
 
+def test_no_budget_between_the_bounds_is_rejected():
+    # Regression: the planner re-checks WCET(alpha*) <= target, and the root landed a
+    # hair above the target for ~14 % of such budgets (rejected "even at 0.95").
+    planner = TimeBillPlanner(lambda: MODEL, MaxTokensPredictor(), alpha_max=0.95,
+                              time_margin=0.1)
+    low, high = MODEL.wcet(7373, 0.95, 100), MODEL.wcet(7373, 0.0, 100)
+    for i in range(1, 200):
+        budget = (low + (high - low) * i / 200) / 0.9
+        plan = planner.plan(req(Mode.EVICTION), 7373, budget)
+        assert plan.feasible and 0.0 < plan.eviction_ratio < 0.95
+
+
 def test_bad_settings():
     with pytest.raises(ValueError):
         TimeBillPlanner(lambda: MODEL, MaxTokensPredictor(), alpha_max=1.0)

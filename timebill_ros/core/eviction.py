@@ -50,11 +50,19 @@ def solve_alpha(model: TimingModel, n_x: int, worst_tokens: int, time_left: floa
         raise ValueError(f'alpha_max must be in [0, 1) (got {alpha_max})')
     if n_x < 1 or worst_tokens < 1:
         raise ValueError('need n_x >= 1 and worst_tokens >= 1')
-    alpha = max(0.0, alpha_bound(model, n_x, worst_tokens, time_left, t_predict))
-    if alpha > alpha_max:
-        return EvictionDecision(alpha_max, False,
-                                model.wcet(n_x, alpha_max, worst_tokens, t_predict))
-    return EvictionDecision(alpha, True, model.wcet(n_x, alpha, worst_tokens, t_predict))
+    bound = alpha_bound(model, n_x, worst_tokens, time_left, t_predict)
+    alpha = min(alpha_max, max(0.0, bound))
+    wcet = model.wcet(n_x, alpha, worst_tokens, t_predict)
+    # The root fits only up to rounding (WCET(alpha*) can land a hair above the time
+    # left, and the planner would reject): step past it until it really fits.
+    step = 1e-12
+    while wcet > time_left and alpha < alpha_max:
+        alpha = min(alpha_max, alpha + step)
+        wcet = model.wcet(n_x, alpha, worst_tokens, t_predict)
+        step *= 2.0
+    if wcet > time_left:
+        return EvictionDecision(alpha_max, False, wcet)
+    return EvictionDecision(alpha, True, wcet)
 
 
 def search_alpha(model: TimingModel, n_x: int, worst_tokens: int, time_left: float,
