@@ -30,6 +30,10 @@ import numpy as np
 from timebill_ros.cli.demo import ROOT
 
 
+def _num(value: float) -> str:
+    return '-' if math.isnan(value) else f'{value:.1f}'
+
+
 def load_data(folder: str) -> tuple:
     """Return (labels list, {id: (last, mean)}) from a build_length_data folder."""
     with open(os.path.join(folder, 'labels.jsonl'), encoding='utf-8') as handle:
@@ -232,7 +236,7 @@ def main(argv=None) -> int:
              '|---|---|---|---|---|---|---|---|']
     for row in rows:
         lines.append(f"| {row['predictor']} | {row['buckets']} | {row.get('l2', '-')} | "
-                     f"{row.get('decode', '-')} | {row['val_mae']:.1f} | "
+                     f"{row.get('decode', '-')} | {_num(row['val_mae'])} | "
                      f"{row['mae']:.1f} | {row['rmse']:.1f} | {row['r2']:.3f} |")
     lines += ['', f'Default (lowest validation MAE among 16-token predictors): {default_name}, '
               f'{default.decode} decoding. Pessimistic factor from validation '
