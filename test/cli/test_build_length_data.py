@@ -40,10 +40,10 @@ def test_builds_labels_and_features_resumably_from_two_sources(tmp_path):
         ids += [str(i) for i in data['ids']]
         shapes |= {data['last'].shape[1:], data['mean'].shape[1:]}
     assert sorted(ids) == sorted(row['id'] for row in rows)
-    hidden = load_model('tiny-random').model.config.hidden_size
-    assert shapes == {(len(PROBE_LAYERS), hidden)}
+    tiny = load_model('tiny-random')
+    assert shapes == {(len(PROBE_LAYERS), tiny.model.config.hidden_size)}
     # The texts are rebuilt from the packages by id (nothing third-party is stored).
-    texts = prompt_texts(load_model('tiny-random').tokenizer, ids)
+    texts = prompt_texts(tiny.tokenizer, ids)
     assert set(texts) == set(ids) and all(texts.values())
 
 

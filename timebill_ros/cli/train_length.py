@@ -191,12 +191,11 @@ def main(argv=None) -> int:
     sources = np.array([source_of(r['id']) for r in labels])
     by_source = {}
     for name in sorted(set(sources)):
-        rows_s = test[sources[test] == name]
+        mine, rows_s = sources == name, test[sources[test] == name]
         if len(rows_s) >= 2:
-            by_source[name] = {'test_prompts': int(len(rows_s)),
-                               'labels': int(np.sum(sources == name)),
-                               'hit_max_share': float(np.mean(y[sources == name] >= n_max)),
-                               'length_mean': float(y[sources == name].mean()),
+            by_source[name] = {'test_prompts': int(len(rows_s)), 'labels': int(mine.sum()),
+                               'hit_max_share': float(np.mean(y[mine] >= n_max)),
+                               'length_mean': float(y[mine].mean()),
                                **metrics(predict(rows_s), y[rows_s])}
     os.makedirs(os.path.dirname(args.head_out), exist_ok=True)
     default.save(args.head_out)

@@ -111,15 +111,12 @@ def prompt_texts(tokenizer, prompt_ids_wanted) -> dict:
     wanted = set(prompt_ids_wanted)
     texts = {}
     for source in SOURCES:
-        count = sum(1 for rid in wanted if source_of(rid) == source)
-        if not count:
+        mine = {rid for rid in wanted if source_of(rid) == source}
+        if not mine:
             continue
-        if source == 'sharegpt':
-            found = select_prompts(tokenizer, 10 ** 6)
-        else:
-            found = task_prompts(source, tokenizer, 10 ** 6,
-                                 wanted={rid for rid in wanted if source_of(rid) == source})
-        texts.update((rid, text) for rid, text in found if rid in wanted)
+        found = select_prompts(tokenizer, 10 ** 6) if source == 'sharegpt' else \
+            task_prompts(source, tokenizer, 10 ** 6, wanted=mine)
+        texts.update((rid, text) for rid, text in found if rid in mine)
     missing = wanted - set(texts)
     if missing:
         raise ValueError(f'{len(missing)} label prompts not found in the packages '
