@@ -61,7 +61,9 @@ def main(argv=None) -> int:
         with open(labels_path, encoding='utf-8') as handle:
             done = {json.loads(line)['id'] for line in handle if line.strip()}
     candidates = source_prompts(args.source, loaded.tokenizer, args.prompts)
-    prompts = [p for p in candidates if p[0] not in done]
+    # Batches of similar length waste less compute on left padding (an interrupted
+    # run has then labelled the shorter prompts; rerunning adds the rest).
+    prompts = sorted((p for p in candidates if p[0] not in done), key=lambda p: len(p[1]))
     bar = tqdm(total=len(candidates), initial=len(candidates) - len(prompts), unit='prompt',
                desc=args.source)
     for start in range(0, len(prompts), args.batch_size):

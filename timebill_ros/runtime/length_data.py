@@ -138,22 +138,38 @@ def label_batch(loaded, prompts: list, n_max: int) -> list:
     for i, row in enumerate(rows):  # left padding keeps the last prompt token aligned
         ids[i, width - len(row):] = torch.tensor(row)
         mask[i, width - len(row):] = 1
-    with torch.inference_mode():
-        # Two passes: generate(output_hidden_states=True) keeps growing memory with
-        # every decode step here (24 GB for 8 prompts of ~1,000 tokens).
-        hidden = model(input_ids=ids, attention_mask=mask, output_hidden_states=True,
-                       use_cache=False).hidden_states
-        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n_max,
-                             do_sample=False, pad_token_id=pad)
+    # The probe states come from generate's own prefill, read by forward hooks
+    # (generate(output_hidden_states=True) grew to 24 GB on 8 prompts of ~1,000
+    # tokens: it keeps every decode step's states). Hidden state L is the
+    # output of decoder layer L, and HF norms the last one.
+    inner = model.model
+    layers = [min(layer, len(inner.layers)) for layer in PROBE_LAYERS]
+    states = {}
+
+    def keep(layer):
+        def hook(module, args, output):
+            if layer not in states:  # the first call is the prefill
+                states[layer] = output[0] if isinstance(output, tuple) else output
+        return hook
+    handles = [inner.layers[layer - 1].register_forward_hook(keep(layer))
+               for layer in sorted(set(layers))]
+    try:
+        with torch.inference_mode():
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n_max,
+                                 do_sample=False, pad_token_id=pad)
+            if len(inner.layers) in states:
+                states[len(inner.layers)] = inner.norm(states[len(inner.layers)])
+    finally:
+        for handle in handles:
+            handle.remove()
+    hidden = [states[layer] for layer in layers]
     results = []
     weights = mask.unsqueeze(-1).float()
-    # A shallower model (the tiny test model) repeats its last layer: same feature shape.
-    layers = [min(layer, len(hidden) - 1) for layer in PROBE_LAYERS]
     for i in range(len(rows)):
         answer = out[i, width:].tolist()
         length = next((j for j, t in enumerate(answer) if t in loaded.eos_ids), len(answer))
-        last = np.stack([hidden[layer][i, -1].float().numpy() for layer in layers])
-        mean = np.stack([((hidden[layer][i] * weights[i]).sum(0) / weights[i].sum())
-                         .float().numpy() for layer in layers])
+        last = np.stack([state[i, -1].float().numpy() for state in hidden])
+        mean = np.stack([((state[i] * weights[i]).sum(0) / weights[i].sum()).float().numpy()
+                         for state in hidden])
         results.append((length, length >= n_max, len(rows[i]), last, mean))
     return results
