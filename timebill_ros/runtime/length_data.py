@@ -54,19 +54,33 @@ def iter_first_turns(path: Path | None = None) -> Iterator[tuple]:
             yield record.get('id', ''), turns[0]['value']
 
 
+# Tokenizing every first turn (~10k) takes ~5-10 s here, and label building, its
+# tests and train_length ask again with the same tokenizer (under other paths:
+# the tiny test model ships the embedded one): keep the in-range turns per
+# (tokenizer vocabulary, token range).
+_IN_RANGE: dict = {}
+
+
+def _turns_in_range(tokenizer, min_tokens: int, max_tokens: int) -> list:
+    from timebill_ros.runtime.model import prompt_ids
+    key = (hash(frozenset(tokenizer.get_vocab().items())), min_tokens, max_tokens)
+    if key not in _IN_RANGE:
+        seen, chosen = set(), []
+        for rid, text in iter_first_turns():
+            text = text.strip()
+            if text in seen:
+                continue
+            seen.add(text)
+            if min_tokens <= len(prompt_ids(tokenizer, text)) <= max_tokens:
+                chosen.append((rid, text))
+        _IN_RANGE[key] = chosen
+    return _IN_RANGE[key]
+
+
 def select_prompts(tokenizer, limit: int, min_tokens: int = 4, max_tokens: int = 512,
                    seed: int = 0) -> list:
     """Return up to ``limit`` distinct (id, text) prompts within the token range, shuffled."""
-    from timebill_ros.runtime.model import prompt_ids
-    seen, chosen = set(), []
-    for rid, text in iter_first_turns():
-        key = text.strip()
-        if key in seen:
-            continue
-        seen.add(key)
-        n = len(prompt_ids(tokenizer, key))
-        if min_tokens <= n <= max_tokens:
-            chosen.append((rid, key))
+    chosen = _turns_in_range(tokenizer, min_tokens, max_tokens)
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(chosen))
     return [chosen[i] for i in order[:limit]]
