@@ -34,9 +34,12 @@ def main(argv=None) -> int:
                         help='a build_length_data folder: instead of timing, report the '
                              'head MAE with and without --max-tokens on the labelled '
                              'prompts longer than it')
+    parser.add_argument('--accuracy-prompts', type=int, default=200,
+                        help='with --accuracy-data: how many of those prompts (random, '
+                             'seed 0; 0: all)')
     args = parser.parse_args(argv)
     if args.accuracy_data:
-        return bound_accuracy(args.accuracy_data, args.max_tokens)
+        return bound_accuracy(args.accuracy_data, args.max_tokens, args.accuracy_prompts)
     from timebill_ros.core.execution import PrefillDecision
     from timebill_ros.core.planning import Plan
     from timebill_ros.core.request import Mode, OverrunPolicy, Request
@@ -98,37 +101,44 @@ def main(argv=None) -> int:
     return 0
 
 
-def bound_accuracy(folder: str, bound: int) -> int:
+def bound_accuracy(folder: str, bound: int, sample: int = 0) -> int:
     """Print the shipped head's MAE on labelled prompts over ``bound``, whole vs bounded."""
+    import numpy as np
     from timebill_ros.cli.train_length import load_data
     from timebill_ros.core.request import Mode, OverrunPolicy, Request
-    from timebill_ros.runtime.length_data import iter_first_turns
+    from timebill_ros.runtime.length_data import prompt_texts, source_of
     from timebill_ros.runtime.length_heads import LinearHead
     from timebill_ros.runtime.model import load_model
     from timebill_ros.runtime.predictor import HeadPredictor, SHIPPED_HEAD
     if bound <= 0:
         raise SystemExit('bench_predictor: --accuracy-data needs --max-tokens > 0')
     labels, _ = load_data(folder)
-    long = {row['id']: row for row in labels if row['prompt_tokens'] > bound}
-    texts = {rid: text.strip() for rid, text in iter_first_turns() if rid in long}
+    long = [row for row in labels if row['prompt_tokens'] > bound]
+    if sample and len(long) > sample:
+        picked = np.random.default_rng(0).choice(len(long), sample, replace=False)
+        long = [long[i] for i in sorted(picked)]
     loaded = load_model('embedded')
+    texts = prompt_texts(loaded.tokenizer, [row['id'] for row in long])
     head = LinearHead.load(SHIPPED_HEAD)
     whole = HeadPredictor.from_head(head, loaded)
     bounded = HeadPredictor.from_head(head, loaded, bound)
-    errors = {'whole': [], 'bounded': []}
+    errors = {}  # source -> [(whole error, bounded error)]
     changed = 0
-    for rid, text in texts.items():
-        request = Request(text, '', 60.0, OverrunPolicy.KILL, Mode.NONE, 10_000, 1.0)
+    for row in long:
+        request = Request(texts[row['id']], '', 60.0, OverrunPolicy.KILL, Mode.NONE, 10_000,
+                          1.0)
         a, b = whole.predict(request, 0), bounded.predict(request, 0)
-        truth = long[rid]['length']
-        errors['whole'].append(abs(a - truth))
-        errors['bounded'].append(abs(b - truth))
+        errors.setdefault(source_of(row['id']), []).append(
+            (abs(a - row['length']), abs(b - row['length'])))
         changed += a != b
-    n = len(errors['whole'])
-    print(f'{n} of {len(labels)} labelled prompts are over {bound} tokens; shipped head '
-          f'{whole.name}: MAE whole prompt {statistics.mean(errors["whole"]):.1f}, bounded '
-          f'{statistics.mean(errors["bounded"]):.1f} tokens; prediction changed for '
-          f'{changed} of {n}')
+    every = [pair for pairs in errors.values() for pair in pairs]
+    print(f'{len(every)} labelled prompts over {bound} tokens (of {len(labels)}); shipped head '
+          f'{whole.name}: MAE whole prompt {np.mean([p[0] for p in every]):.1f}, bounded '
+          f'{np.mean([p[1] for p in every]):.1f} tokens; prediction changed for '
+          f'{changed} of {len(every)}')
+    for name, pairs in sorted(errors.items()):
+        print(f'  {name}: {len(pairs)} prompts, MAE whole {np.mean([p[0] for p in pairs]):.1f},'
+              f' bounded {np.mean([p[1] for p in pairs]):.1f}')
     return 0
 
 
