@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from timebill_ros.core.length import (
-    coverage, decode_buckets, from_bucket, metrics, num_buckets, pessimistic_factor,
-    to_bucket)
+    cap_prediction, coverage, decode_buckets, from_bucket, metrics, num_buckets,
+    pessimistic_factor, to_bucket)
 
 
 def test_bucket_round_trip_is_an_upper_bound_within_one_bucket():
@@ -56,3 +56,11 @@ def test_decode_rejects_unknown_rule_and_wrong_width():
         decode_buckets(np.ones(17), 16, 256, 'mode')
     with pytest.raises(ValueError, match='buckets'):
         decode_buckets(np.ones(5), 16, 256, 'mean')
+
+
+def test_a_prediction_at_n_max_plans_for_the_goal_cap():
+    assert cap_prediction(100.4, 256, 512) == 100
+    assert cap_prediction(256, 256, 512) == 512  # ran to the labels' cap: may go on
+    assert cap_prediction(256, 256, 128) == 128
+    assert cap_prediction(300, 256, 1024) == 1024
+    assert cap_prediction(0.2, 256, 64) == 1

@@ -41,7 +41,11 @@ def test_head_predictor_caps_at_max_new_tokens(tiny):
     head = LinearHead(weight, bias, np.zeros(hidden, np.float32), np.ones(hidden, np.float32),
                       16, 256, 'L1-last', 'tiny-random')
     predictor = HeadPredictor.from_head(head, tiny)
-    assert predictor.predict(request('hi', max_new=300), 10) == 256
+    # At the labels' N_max the target runs to the cap: plan for the goal's own cap.
+    assert predictor.predict(request('hi', max_new=300), 10) == 300
+    assert predictor.predict(request('hi', max_new=100), 10) == 100
+    bias[16], bias[8] = 0.0, 1.0  # bucket 8: 128 tokens, below N_max
+    assert predictor.predict(request('hi', max_new=300), 10) == 128
     assert predictor.predict(request('hi', max_new=100), 10) == 100
     with pytest.raises(ValueError):
         featurizer_for('L99-last', tiny)

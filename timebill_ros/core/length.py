@@ -27,6 +27,19 @@ def from_bucket(bucket: int, bucket_size: int, n_max: int) -> int:
     return int(min(n_max, max(0, bucket) * bucket_size))
 
 
+def cap_prediction(n_hat: float, n_max: int, max_new_tokens: int) -> int:
+    """Return the length to plan for: N_hat within 1..max_new_tokens.
+
+    Labels stop at the predictor's N_max, so a prediction at N_max means the
+    target runs to the cap, not that it stops there: a goal allowing more
+    tokens is planned for its own max_new_tokens.
+    """
+    n_hat = int(round(float(n_hat)))
+    if n_hat >= n_max:
+        n_hat = max_new_tokens
+    return max(1, min(n_hat, int(max_new_tokens)))
+
+
 DECODE_RULES = ('argmax', 'mean', 'median')
 
 

@@ -16,6 +16,7 @@ import threading
 
 import numpy as np
 
+from timebill_ros.core.length import cap_prediction
 from timebill_ros.core.request import Request
 from timebill_ros.runtime.length_encoder import (
     EncoderLengthModel, is_encoder_file, load_minilm)
@@ -128,7 +129,7 @@ class HeadPredictor:
                    f'rlp-{head.features}-b{head.bucket_size}')
 
     def predict(self, request: Request, prompt_tokens: int) -> int:
-        """Return the predicted answer length, capped by the goal's max_new_tokens."""
+        """Return the answer length to plan for (core.length.cap_prediction)."""
         return self._length(self.featurizer(request), request)
 
     @property
@@ -145,8 +146,8 @@ class HeadPredictor:
         return self._length(self.featurizer.pool(hidden), request)
 
     def _length(self, features: np.ndarray, request: Request) -> int:
-        n_hat = int(round(float(self.head.predict(features[None])[0])))
-        return max(1, min(n_hat, request.max_new_tokens))
+        return cap_prediction(self.head.predict(features[None])[0], self.head.n_max,
+                              request.max_new_tokens)
 
 
 class EncoderPredictor:
@@ -159,9 +160,9 @@ class EncoderPredictor:
         self.name = f'rlp-{model.kind}-b{model.bucket_size}-{model.decode}'
 
     def predict(self, request: Request, prompt_tokens: int) -> int:
-        """Return the predicted answer length, capped by the goal's max_new_tokens."""
-        n_hat = int(round(float(self.model.predict_texts([user_content(request)])[0])))
-        return max(1, min(n_hat, request.max_new_tokens))
+        """Return the answer length to plan for (core.length.cap_prediction)."""
+        return cap_prediction(self.model.predict_texts([user_content(request)])[0],
+                              self.model.n_max, request.max_new_tokens)
 
 
 def load_predictor(path, loaded: LoadedModel, max_tokens: int = 0):
