@@ -51,6 +51,8 @@ def test_trains_compares_and_reports_the_targets(tmp_path):
     assert targets['r2'] > 0.8 and targets['r2_met']
     assert len(targets['coarse']) == 4
     assert all(c['met'] == (targets['mae'] <= c['mae'] / 2) for c in targets['coarse'])
+    assert set(targets['coarse_floor_mae']) == {'5-class', '10-class'}
+    assert 0 <= targets['coarse_floor_mae']['10-class'] <= targets['coarse_floor_mae']['5-class']
     assert set(report['default_by_source']) <= {'sharegpt', 'squad'}
     assert report['pessimistic_factor']['k'] >= 1.0
     text = (tmp_path / 'results' / 'length_predictor.md').read_text()

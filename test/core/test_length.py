@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from timebill_ros.core.length import (
-    cap_prediction, coverage, decode_buckets, from_bucket, metrics, num_buckets,
+    bucket_floor_mae, cap_prediction, coverage, decode_buckets, from_bucket, metrics, num_buckets,
     pessimistic_factor, to_bucket)
 
 
@@ -64,3 +64,11 @@ def test_a_prediction_at_n_max_plans_for_the_goal_cap():
     assert cap_prediction(256, 256, 128) == 128
     assert cap_prediction(300, 256, 1024) == 1024
     assert cap_prediction(0.2, 256, 64) == 1
+
+
+def test_bucket_floor_is_the_error_of_a_perfect_classifier():
+    # ceil(5 / 10) = bucket 1 decodes to 10; 10 and N_max decode to themselves.
+    assert bucket_floor_mae([5, 10, 100], 10, 100) == pytest.approx(5 / 3)
+    assert bucket_floor_mae([0, 16, 32], 16, 256) == 0.0
+    with pytest.raises(ValueError):
+        bucket_floor_mae([], 16, 256)

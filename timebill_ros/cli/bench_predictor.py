@@ -125,8 +125,9 @@ def bound_accuracy(folder: str, bound: int, sample: int = 0) -> int:
     errors = {}  # source -> [(whole error, bounded error)]
     changed = 0
     for row in long:
-        request = Request(texts[row['id']], '', 60.0, OverrunPolicy.KILL, Mode.NONE, 10_000,
-                          1.0)
+        # Capped at the labels' N_max, as the lengths it is compared with.
+        request = Request(texts[row['id']], '', 60.0, OverrunPolicy.KILL, Mode.NONE,
+                          head.n_max, 1.0)
         a, b = whole.predict(request, 0), bounded.predict(request, 0)
         errors.setdefault(source_of(row['id']), []).append(
             (abs(a - row['length']), abs(b - row['length'])))

@@ -87,7 +87,7 @@ def fit_linear(x, y, train, val, bucket_size: int, n_max: int) -> tuple:
 def main(argv=None) -> int:
     """Train, compare, write results/length_predictor.{md,json} and the default head."""
     from timebill_ros.core.length import (
-        coverage, decode_buckets, DECODE_RULES, metrics, pessimistic_factor)
+        bucket_floor_mae, coverage, decode_buckets, DECODE_RULES, metrics, pessimistic_factor)
     from timebill_ros.runtime.length_data import PROBE_LAYERS, prompt_texts, source_of
     from timebill_ros.runtime.length_encoder import train_encoder
     from timebill_ros.runtime.model import cache_root, load_model
@@ -207,7 +207,10 @@ def main(argv=None) -> int:
                'mae': m_default['mae'],
                'coarse': [{'predictor': r['predictor'], 'mae': r['mae'],
                            'met': bool(m_default['mae'] <= r['mae'] / 2)}
-                          for r in rows if 'coarse' in str(r['buckets'])]}
+                          for r in rows if 'coarse' in str(r['buckets'])],
+               # What even a perfect coarse head loses to its bucket width.
+               'coarse_floor_mae': {f'{classes}-class': bucket_floor_mae(
+                   y, math.ceil(n_max / classes), n_max) for classes in (5, 10)}}
 
     # Learning curve: the best probe features, trained on a growing share of the
     # training split (weight decay and decode re-chosen on validation each time).
@@ -261,6 +264,9 @@ def main(argv=None) -> int:
               f"{targets['mae']:.1f} against half of each coarse baseline's MAE:", '']
     lines += [f"- {c['predictor']}: MAE {c['mae']:.1f}, half {c['mae'] / 2:.1f} "
               f"({'met' if c['met'] else 'NOT met'})" for c in targets['coarse']]
+    floors = ', '.join(f'{v:.1f} ({k})' for k, v in targets['coarse_floor_mae'].items())
+    lines += ['', f'A perfect coarse head (every length in its own bucket) would still err by '
+              f'MAE {floors} on these labels.']
     lines += ['', f'Learning curve ({key} probe, 16-token buckets; test split):', '',
               '| training prompts | MAE | RMSE | R^2 |', '|---|---|---|---|']
     lines += [f"| {p['train']} | {p['mae']:.1f} | {p['rmse']:.1f} | {p['r2']:.3f} |"

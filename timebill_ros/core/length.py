@@ -85,6 +85,16 @@ def coverage(predicted: Sequence[float], actual: Sequence[float], factor: float,
     return float(np.mean(act <= worst))
 
 
+def bucket_floor_mae(lengths: Sequence[int], bucket_size: int, n_max: int) -> float:
+    """Return the MAE of a perfect classifier: each length decoded from its own bucket."""
+    act = np.asarray(lengths, dtype=float)
+    if act.size == 0:
+        raise ValueError('need at least one length')
+    pred = [from_bucket(to_bucket(int(n), bucket_size, n_max), bucket_size, n_max)
+            for n in act]
+    return float(np.mean(np.abs(np.asarray(pred, dtype=float) - act)))
+
+
 def pessimistic_factor(predicted: Sequence[float], actual: Sequence[float], quantile: float,
                        n_max: int) -> float:
     """Return the smallest k >= 1 whose worst case covers ``quantile`` of true lengths.
