@@ -144,16 +144,17 @@ def main(argv=None) -> int:
         evaluate(f'target probe {key}', features[key], size,
                  f'{math.ceil(n_max / size) + 1} x {size}')
     evaluate(f'target probe {key}, regression head', features[key], 0, 'regression')
-    evaluate(f'target probe {key}, 5-class (ProxyModel-style)', features[key],
-             math.ceil(n_max / 5), '5 coarse')
-    evaluate(f'target probe {key}, 10-class (S3-style)', features[key],
-             math.ceil(n_max / 10), '10 coarse')
+    coarse = {classes: math.ceil(n_max / classes) for classes in (5, 10)}  # bucket sizes
+    evaluate(f'target probe {key}, 5-class (ProxyModel-style)', features[key], coarse[5],
+             '5 coarse')
+    evaluate(f'target probe {key}, 10-class (S3-style)', features[key], coarse[10],
+             '10 coarse')
     prompts = prompt_texts(load_model('embedded').tokenizer, [r['id'] for r in labels])
     texts = [prompts[r['id']] for r in labels]
     minilm = minilm_embeddings(texts)
     evaluate('all-MiniLM-L6-v2 encoder', minilm, 16, f'{n_max // 16 + 1} x 16', 'minilm')
-    evaluate('all-MiniLM-L6-v2 encoder, 5-class', minilm, math.ceil(n_max / 5), '5 coarse')
-    evaluate('all-MiniLM-L6-v2 encoder, 10-class', minilm, math.ceil(n_max / 10), '10 coarse')
+    evaluate('all-MiniLM-L6-v2 encoder, 5-class', minilm, coarse[5], '5 coarse')
+    evaluate('all-MiniLM-L6-v2 encoder, 10-class', minilm, coarse[10], '10 coarse')
     history = []
     if args.encoder_layers:
         t0 = time.perf_counter()
@@ -186,31 +187,32 @@ def main(argv=None) -> int:
             return default.predict_texts(list(x_default[rows]))
         return default.predict(x_default[rows])
     k = pessimistic_factor(predict(val), y[val], args.quantile, n_max)
-    cov = coverage(predict(test), y[test], k, n_max)
+    test_pred = predict(test)  # once: the per-source table and the targets reuse it
+    cov = coverage(test_pred, y[test], k, n_max)
     # Per prompt source (chat turns vs task prompts), the default on its test rows.
     sources = np.array([source_of(r['id']) for r in labels])
     by_source = {}
     for name in sorted(set(sources)):
-        mine, rows_s = sources == name, test[sources[test] == name]
-        if len(rows_s) >= 2:
-            by_source[name] = {'test_prompts': int(len(rows_s)), 'labels': int(mine.sum()),
+        mine, in_test = sources == name, sources[test] == name
+        if in_test.sum() >= 2:
+            by_source[name] = {'test_prompts': int(in_test.sum()), 'labels': int(mine.sum()),
                                'hit_max_share': float(np.mean(y[mine] >= n_max)),
                                'length_mean': float(y[mine].mean()),
-                               **metrics(predict(rows_s), y[rows_s])}
+                               **metrics(test_pred[in_test], y[test][in_test])}
     os.makedirs(os.path.dirname(args.head_out), exist_ok=True)
     default.save(args.head_out)
     # The issue's targets, checked on the test split: R^2 >= 0.6 and MAE at most
     # half of each coarse baseline's (on the same target features, and on a
     # separate small encoder as ProxyModel / S3 use).
-    m_default = metrics(predict(test), y[test])
+    m_default = metrics(test_pred, y[test])
     targets = {'r2': m_default['r2'], 'r2_met': bool(m_default['r2'] >= 0.6),
                'mae': m_default['mae'],
                'coarse': [{'predictor': r['predictor'], 'mae': r['mae'],
                            'met': bool(m_default['mae'] <= r['mae'] / 2)}
                           for r in rows if 'coarse' in str(r['buckets'])],
                # What even a perfect coarse head loses to its bucket width.
-               'coarse_floor_mae': {f'{classes}-class': bucket_floor_mae(
-                   y, math.ceil(n_max / classes), n_max) for classes in (5, 10)}}
+               'coarse_floor_mae': {f'{classes}-class': bucket_floor_mae(y, size, n_max)
+                                    for classes, size in coarse.items()}}
 
     # Learning curve: the best probe features, trained on a growing share of the
     # training split (weight decay and decode re-chosen on validation each time).
