@@ -72,3 +72,23 @@ def test_bucket_floor_is_the_error_of_a_perfect_classifier():
     assert bucket_floor_mae([0, 16, 32], 16, 256) == 0.0
     with pytest.raises(ValueError):
         bucket_floor_mae([], 16, 256)
+
+
+def test_length_distribution_bands_quantiles_and_probabilities():
+    from timebill_ros.core.length import LengthDistribution
+    # Short predictions come true (4..6); long ones spread over 100..200.
+    pred = [5] * 40 + [150] * 40
+    actual = [4 + 2 * i / 39 for i in range(40)] + [100 + 100 * i / 39 for i in range(40)]
+    dist = LengthDistribution.fit(pred, actual, min_per_band=20)
+    assert dist.samples == (40, 40) and dist.edges[0] == 5.0
+    assert dist.quantile(0.5, 3) == pytest.approx(5.0)
+    assert dist.quantile(0.9, 200) == pytest.approx(190.0)
+    assert dist.prob_at_most(3, 5) == 0.0 and dist.prob_at_most(6, 5) == 1.0
+    assert dist.prob_at_most(150, 150) == pytest.approx(0.5, abs=0.02)
+    probs = [dist.prob_at_most(n, 150) for n in range(90, 210, 5)]
+    assert probs == sorted(probs)  # a CDF
+    again = LengthDistribution.from_arrays(dist.to_arrays())
+    assert again == dist
+    assert LengthDistribution.from_arrays({}) is None
+    with pytest.raises(ValueError):
+        LengthDistribution.fit([1], [1])

@@ -4,6 +4,7 @@ from dataclasses import replace
 
 import pytest
 
+from timebill_ros.core.length import LengthDistribution
 from timebill_ros.core.planning import MaxTokensPredictor, TimeBillPlanner
 from timebill_ros.core.request import Mode, OverrunPolicy, Rejection, Request
 from timebill_ros.core.timing import TimingModel
@@ -148,3 +149,64 @@ def test_per_token_deadline_schedulability():
     # ... and its estimate is the early-exit one, not the full-depth one it replaced.
     kept = (1.0 - auto.eviction_ratio) * 2000
     assert auto.est_wcet_s == pytest.approx(MODEL.prefill(2000) + MODEL.decode(kept, 100) / 3)
+
+
+class Calibrated(Fixed):
+    """A predictor with a calibrated distribution: predicted n -> true lengths n..3n."""
+
+    name = 'calibrated'
+
+    def __init__(self, n):
+        super().__init__(n)
+        pred = [p for p in (2, 10, 40) for _ in range(30)]
+        actual = [p * (1 + 2 * i / 29) for p in (2, 10, 40) for i in range(30)]
+        self.distribution = LengthDistribution.fit(pred, actual, min_per_band=30)
+
+
+SHORT = TimingModel(0.0, 1e-3, 0.0, 0.0, 0.05)  # 50 ms a step, 45 ms prefill at 45 tokens
+
+
+def test_a_short_predicted_answer_is_admitted_where_max_new_tokens_is_not():
+    request = req(Mode.AUTO, max_new=128)
+    # The stand-in plans 128 tokens (6.4 s) and refuses a 2 s budget ...
+    with pytest.raises(Rejection, match='predicted 128 answer tokens'):
+        TimeBillPlanner(lambda: SHORT, MaxTokensPredictor()).plan(request, 45, 2.0)
+    # ... a calibrated prediction of a 2-token answer (true 2..6) fits easily.
+    plan = TimeBillPlanner(lambda: SHORT, Calibrated(2)).plan(request, 45, 2.0)
+    assert plan.feasible and plan.fit_probability == 1.0 and plan.eviction_ratio == 0.0
+    assert plan.worst_case_tokens == 6  # the 90 % quantile of 2..6, rounded up
+
+
+def test_admission_rejects_only_when_the_answer_is_unlikely_to_fit():
+    planner = TimeBillPlanner(lambda: SHORT, Calibrated(40), admit_probability=0.05)
+    request = req(Mode.AUTO, max_new=128)
+    # Predicted 40 (true 40..120): 2.0 s fits ~39 tokens, about a 0 % chance -> rejected
+    # with the prediction and the probability in the reason.
+    with pytest.raises(Rejection, match=r'predicted 40 answer tokens.*P\(answer') as refused:
+        planner.plan(request, 45, 2.0)
+    assert refused.value.plan.fit_probability < 0.05
+    # 4.0 s fits ~79 tokens: about half the answers -> accepted, planned as infeasible
+    # at the 90 % quantile but run (a partial chance beats a certain refusal).
+    plan = planner.plan(request, 45, 4.0)
+    assert not plan.feasible and 0.4 < plan.fit_probability < 0.6
+    # Fail-fast callers raise admit_probability.
+    with pytest.raises(Rejection):
+        TimeBillPlanner(lambda: SHORT, Calibrated(40), admit_probability=0.9).plan(
+            request, 45, 4.0)
+    # A budget that cannot fit even the first token is rejected whatever the prediction.
+    with pytest.raises(Rejection, match='0 fit'):
+        TimeBillPlanner(lambda: SHORT, Calibrated(2)).plan(request, 45, 0.01)
+
+
+def test_auto_skips_cuts_that_save_less_than_they_cost():
+    # 45-token prompt: evicting 95 % of it saves ~nothing, and SnapKV cannot run on it.
+    steep = TimingModel(0.0, 1e-3, 0.0, 1e-5, 0.05)
+    for press, note in (('snapkv', 'snapkv skipped'), ('knorm', 'eviction skipped')):
+        plan = TimeBillPlanner(lambda: steep, Fixed(100), press=press, min_cut_saving=0.05,
+                               infeasible='best_effort').plan(req(Mode.AUTO, 128), 45, 3.0)
+        assert plan.eviction_ratio == 0.0 and note in plan.note and not plan.feasible
+    # On a long prompt the same cut saves a lot and is used.
+    budget = (steep.wcet(3000, 0.0, 100) + steep.wcet(3000, 0.95, 100)) / 2
+    plan = TimeBillPlanner(lambda: steep, Fixed(100), min_cut_saving=0.05).plan(
+        req(Mode.AUTO, 128), 3000, budget)
+    assert plan.eviction_ratio > 0.0 and plan.note == ''

@@ -62,3 +62,12 @@ def test_length_and_ete_errors_in_summary():
     tel.ete_error(2.0)
     assert tel.summary()['ete_abs_error_p50_pct'] == pytest.approx(3.0)
     assert tel.summary()['ete_error_last_pct'] == 2.0
+
+
+def test_rejections_on_a_prediction_sum_their_fit_probabilities():
+    telemetry = Telemetry()
+    telemetry.deadline_rejection(0.02)
+    telemetry.deadline_rejection(0.03)
+    summary = telemetry.summary()
+    assert summary['rejected_on_prediction'] == 2
+    assert summary['false_rejections_expected'] == pytest.approx(0.05)

@@ -78,7 +78,7 @@ def test_goal_infeasible_once_predicted_is_rejected_during_prefill(client):
     res = run.result
     assert res.outcome == R.REJECTED and not res.deadline_met and res.tokens == 0
     assert 'prefill' in res.reason and 'cannot meet the deadline' in res.reason
-    assert 'up to 256 answer tokens' in res.reason  # the length predicted in prefill
+    assert 'predicted 256 answer tokens' in res.reason  # the length predicted in prefill
     # The result carries the infeasible plan the reason cites, not the admission one.
     assert res.plan.predictor == 'rlp-L1-last-b16' and res.plan.predicted_tokens == 256
     assert not res.plan.feasible and res.plan.worst_case_tokens == 256

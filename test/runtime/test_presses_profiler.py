@@ -4,7 +4,10 @@ import pytest
 
 pytest.importorskip('kvpress')
 
-from timebill_ros.core.planning import Plan  # noqa: E402
+from timebill_ros.core.eviction import press_skip_reason  # noqa: E402
+from timebill_ros.core.planning import MaxTokensPredictor, Plan, TimeBillPlanner  # noqa: E402
+from timebill_ros.core.request import Mode, OverrunPolicy, Request  # noqa: E402
+from timebill_ros.core.timing import TimingModel  # noqa: E402
 from timebill_ros.core.profile import Profile  # noqa: E402
 from timebill_ros.runtime.engine import Engine  # noqa: E402
 from timebill_ros.runtime.model import load_model, prompt_ids  # noqa: E402
@@ -24,6 +27,29 @@ def test_press_shrinks_the_cache_and_decoding_goes_on(tiny, name):
         ids, 5, Plan(eviction_ratio=0.5, press=name), lambda ev: True)
     assert stats.kv_tokens_after_prefill == pytest.approx(len(ids) * 0.5, abs=2)
     assert stats.tokens == 5
+
+
+@pytest.mark.parametrize('name', PRESSES)
+def test_a_5_token_prompt_never_fails_under_any_press(tiny, name):
+    # kvpress asserts on prompts shorter than a press's window (SnapKV: 64 queries);
+    # the planner plans no eviction there and says so, and the engine never builds
+    # such a press even when a plan asks for one.
+    ids = tiny.tokenizer('stop or go')['input_ids'][:5]
+    ids = (ids * 5)[:5]
+    request = Request('stop or go', '', 3.0, OverrunPolicy.KILL, Mode.EVICTION, 4, 1.0,
+                      eviction_ratio=0.5)
+    plan = TimeBillPlanner(lambda: TimingModel(0.0, 1e-3, 0.0, 1e-5, 0.01),
+                           MaxTokensPredictor(), press=name).plan(request, len(ids), 3.0)
+    if plan.eviction_ratio == 0.0:
+        assert name in plan.note and 'skipped' in plan.note
+    stats = Engine(tiny, press_for_plan).generate(
+        ids, 4, Plan(prompt_tokens=5, eviction_ratio=0.5, press=name), lambda ev: True)
+    assert stats.tokens >= 1 and 1 <= stats.kv_tokens_after_prefill <= 5
+    for alpha in (0.5, 0.95):
+        reason = press_skip_reason(name, 5, alpha)
+        stats = Engine(tiny, press_for_plan).generate(
+            ids, 2, Plan(prompt_tokens=5, eviction_ratio=alpha, press=name), lambda ev: True)
+        assert (stats.kv_tokens_after_prefill == 5) == bool(reason)
 
 
 def test_no_press_at_zero_and_bad_names():

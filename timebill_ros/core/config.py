@@ -61,6 +61,15 @@ PARAMS = (
           "(assume the cap; safe, pessimistic), 'rlp' (the shipped head, "
           'timebill_ros/data/length_head.npz; experimental, see README) or a path to a head '
           '.npz from timebill_ros.cli.train_length.'),
+    Param('plan_quantile', 0.9, "With a calibrated length predictor: the goal is planned "
+          '(quality cut chosen) for this quantile of the answer lengths its prediction turns '
+          'into on held-out data.', 0.0, 1.0),
+    Param('admit_probability', 0.05, 'Reject a goal (REJECTED, reason states the prediction) '
+          'only when the chance that its answer ends within the tokens that fit the time '
+          'left is below this; 0 never rejects on a prediction, 0.9 is fail-fast.',
+          0.0, 1.0),
+    Param('min_cut_saving', 0.05, 'A quality cut (eviction, early exit) is used only when the '
+          "ETE says it saves at least this share of the full model's time.", 0.0, 1.0),
     Param('length_predictor_max_tokens', 256, 'Longest input the length predictor reads; '
           'longer prompts keep their first 32 and last tokens (bounds its cost).', 65, 8192),
     Param('length_predictor_in_prefill', True, "For heads on the target's own hidden states: "
@@ -115,6 +124,9 @@ class NodeConfig:
     press: str = 'snapkv'
     infeasible: str = 'reject'
     length_predictor: str = 'max-new-tokens'
+    plan_quantile: float = 0.9
+    admit_probability: float = 0.05
+    min_cut_saving: float = 0.05
     length_predictor_max_tokens: int = 256
     length_predictor_in_prefill: bool = True
     early_exit_layers: str = ''

@@ -86,3 +86,22 @@ def search_alpha(model: TimingModel, n_x: int, worst_tokens: int, time_left: flo
         else:
             low = mid
     return EvictionDecision(high, True, wcet(high))
+
+
+# Shortest prompt each kvpress press (0.5.5 defaults) can compress: SnapKV scores
+# keys with the attention of its last 64 queries and asserts more prompt tokens than
+# that; StreamingLLM and ExpectedAttention keep 4 sink tokens and assert more.
+PRESS_MIN_PROMPT = {'snapkv': 65, 'streamingllm': 5, 'knorm': 2, 'expected_attention': 5}
+
+
+def press_skip_reason(press: str, prompt_tokens: int, alpha: float) -> str:
+    """Return why ``press`` cannot evict ``alpha`` of this prompt ('' when it can)."""
+    if alpha <= 0.0:
+        return ''
+    least = PRESS_MIN_PROMPT.get(press, 1)
+    if prompt_tokens < least:
+        return (f'{press} skipped: prompt {prompt_tokens} tokens, the press needs at least '
+                f'{least}')
+    if int(prompt_tokens * (1.0 - alpha)) < 1:
+        return f'{press} skipped: ratio {alpha:g} of {prompt_tokens} tokens would keep none'
+    return ''

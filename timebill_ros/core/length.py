@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 import math
 from typing import Sequence
 
@@ -111,3 +112,98 @@ def pessimistic_factor(predicted: Sequence[float], actual: Sequence[float], quan
         if coverage(pred, act, float(k), n_max) >= quantile - 1e-12:
             return float(k)
     return float(candidates[-1])
+
+
+LEVELS = tuple(i / 20 for i in range(21))  # 0, 0.05, ..., 1
+
+
+@dataclass(frozen=True)
+class LengthDistribution:
+    """Calibrated true answer lengths given a prediction, measured on held-out data.
+
+    Predictions are grouped into bands (``edges``: each band's largest
+    prediction, ascending); per band the true lengths' quantiles at ``levels``
+    give a piecewise-linear distribution. It answers what admission needs:
+    how likely is the answer to end within n tokens, and how many tokens to
+    plan for at a given confidence.
+    """
+
+    edges: tuple
+    levels: tuple
+    quantiles: tuple  # per band, the true lengths at ``levels`` (non-decreasing)
+    samples: tuple = ()  # calibration pairs per band (for reports)
+
+    def __post_init__(self):
+        """Check the table's shape."""
+        if not self.edges or len(self.edges) != len(self.quantiles):
+            raise ValueError('need one quantile row per band')
+        if any(len(row) != len(self.levels) for row in self.quantiles):
+            raise ValueError('every band needs a length at every level')
+        if self.levels[0] != 0.0 or self.levels[-1] != 1.0:
+            raise ValueError('levels must run from 0 to 1')
+
+    @classmethod
+    def fit(cls, predicted: Sequence[float], actual: Sequence[float],
+            min_per_band: int = 20, levels: tuple = LEVELS) -> 'LengthDistribution':
+        """Group predictions into bands of >= ``min_per_band`` pairs; quantile true lengths."""
+        pred, act = np.asarray(predicted, dtype=float), np.asarray(actual, dtype=float)
+        if pred.shape != act.shape or pred.size < 2:
+            raise ValueError('need two equally long sequences of 2 or more values')
+        order = np.argsort(pred, kind='stable')
+        pred, act = pred[order], act[order]
+        groups, start = [], 0
+        while start < pred.size:
+            end = min(pred.size, start + min_per_band)
+            while end < pred.size and pred[end] == pred[end - 1]:
+                end += 1  # equal predictions share a band
+            if pred.size - end < min_per_band:
+                end = pred.size  # too few left for a band of their own
+            groups.append((start, end))
+            start = end
+        edges = tuple(float(pred[end - 1]) for _, end in groups[:-1]) + (math.inf,)
+        rows = tuple(tuple(float(v) for v in np.quantile(act[s:e], levels))
+                     for s, e in groups)
+        return cls(edges, tuple(levels), rows, tuple(e - s for s, e in groups))
+
+    def _row(self, predicted: float) -> tuple:
+        for edge, row in zip(self.edges, self.quantiles):
+            if predicted <= edge:
+                return row
+        return self.quantiles[-1]
+
+    def quantile(self, q: float, predicted: float) -> float:
+        """Return the true length at level ``q`` for an answer predicted at ``predicted``."""
+        if not 0.0 <= q <= 1.0:
+            raise ValueError(f'quantile must be in [0, 1] (got {q})')
+        return float(np.interp(q, self.levels, self._row(predicted)))
+
+    def prob_at_most(self, tokens: float, predicted: float) -> float:
+        """Return P(true length <= ``tokens``) for an answer predicted at ``predicted``."""
+        row = np.asarray(self._row(predicted))
+        if tokens < row[0]:
+            return 0.0
+        if tokens >= row[-1]:
+            return 1.0
+        # Highest level whose length is still within ``tokens`` (ties: the top of a flat run).
+        hi = int(np.searchsorted(row, tokens, side='right'))
+        lo = hi - 1
+        width = row[hi] - row[lo]
+        frac = 0.0 if width <= 0 else (tokens - row[lo]) / width
+        return float(self.levels[lo] + frac * (self.levels[hi] - self.levels[lo]))
+
+    def to_arrays(self) -> dict:
+        """Return the table as arrays (for a head's .npz)."""
+        return {'dist_edges': np.asarray(self.edges, dtype=float),
+                'dist_levels': np.asarray(self.levels, dtype=float),
+                'dist_quantiles': np.asarray(self.quantiles, dtype=float),
+                'dist_samples': np.asarray(self.samples, dtype=int)}
+
+    @classmethod
+    def from_arrays(cls, data) -> 'LengthDistribution | None':
+        """Read the table written by to_arrays (None when the file has none)."""
+        if 'dist_edges' not in data:
+            return None
+        return cls(tuple(float(x) for x in data['dist_edges']),
+                   tuple(float(x) for x in data['dist_levels']),
+                   tuple(tuple(float(x) for x in row) for row in data['dist_quantiles']),
+                   tuple(int(x) for x in data['dist_samples']))

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+import math
 from typing import Callable, Protocol
 
 from timebill_ros.core.early_exit import ExitRule, LayerTimes, p99_tpot_estimate, schedulable
-from timebill_ros.core.eviction import solve_alpha
+from timebill_ros.core.eviction import press_skip_reason, solve_alpha
 from timebill_ros.core.request import Mode, Rejection, Request
 from timebill_ros.core.timing import TimingModel, worst_case_tokens
 
@@ -35,16 +36,20 @@ class Plan:
     token_deadline_s: float = 0.0
     est_p99_tpot_s: float = 0.0
     utilisation: float = 0.0
+    # Admission: P(answer ends within the tokens that fit); why a cut was (not) used.
+    fit_probability: float = 1.0
+    note: str = ''
 
 
 class Planner(Protocol):
     """Anything that turns a request into a plan (or raises Rejection)."""
 
     def plan(self, request: Request, prompt_tokens: int, time_left_s: float,
-             predicted: int | None = None) -> Plan:
+             predicted: int | None = None, pending: bool = False) -> Plan:
         """Plan a request whose prompt has ``prompt_tokens`` with ``time_left_s`` to go.
 
-        ``predicted`` reuses an earlier length prediction for the same request.
+        ``predicted`` reuses an earlier length prediction for the same request;
+        ``pending`` says the length will only be known during prefill.
         """
 
 
@@ -54,7 +59,7 @@ class FullModelPlanner:
     name = 'full-model'
 
     def plan(self, request: Request, prompt_tokens: int, time_left_s: float,
-             predicted: int | None = None) -> Plan:
+             predicted: int | None = None, pending: bool = False) -> Plan:
         """Return a plan that only records the prompt length and the mode."""
         return Plan(mode=Mode.NONE, prompt_tokens=prompt_tokens,
                     pessimistic_factor=request.pessimistic_factor)
@@ -99,21 +104,45 @@ class EarlyExitConfig:
         return self.layer_times.until(self.rule.exit_layers[0]) / self.layer_times.full_s
 
 
+@dataclass(frozen=True)
+class Cut:
+    """One way to run a goal: full model, KV eviction at ``alpha``, or early exit."""
+
+    mode: Mode
+    alpha: float = 0.0
+
+    def describe(self, ee: EarlyExitConfig | None) -> str:
+        """Return the cut in words (for rejection reasons)."""
+        if self.mode == Mode.EARLY_EXIT:
+            evict = f' and eviction ratio {self.alpha:g}' if self.alpha > 0 else ''
+            return f'with early exit at layer {ee.rule.exit_layers[0]}{evict}'
+        if self.alpha > 0:
+            return f'even at eviction ratio {self.alpha:g}'
+        return 'with the full model'
+
+
 class TimeBillPlanner:
-    """Plan with the ETE: smallest eviction ratio whose WCET fits the time left.
+    """Plan with the ETE: the cheapest quality cut whose WCET fits the time left.
 
     ``timing`` returns the current TimingModel (it is refit online), so plans use
-    the latest estimate.
+    the latest estimate. With a predictor that carries a calibrated length
+    distribution (``predictor.distribution``), the goal is planned for the
+    ``plan_quantile`` of its likely lengths and rejected only when the chance
+    that its answer ends within the tokens that fit is below ``admit_probability``.
     """
 
     def __init__(self, timing: Callable[[], TimingModel], predictor: LengthPredictor,
                  alpha_max: float = 0.95, press: str = 'snapkv',
                  infeasible: str = 'reject', time_margin: float = 0.0,
-                 early_exit: EarlyExitConfig | None = None, tpot_jitter: float = 0.15):
+                 early_exit: EarlyExitConfig | None = None, tpot_jitter: float = 0.15,
+                 plan_quantile: float = 0.9, admit_probability: float = 0.05,
+                 min_cut_saving: float = 0.0):
         """Configure the planner; raise ValueError on bad settings.
 
         ``time_margin`` keeps that fraction of the time left in reserve for
         estimation error and per-token overheads the ETE does not model.
+        ``min_cut_saving``: a quality cut (eviction, early exit) is only used when
+        it saves at least this share of the full model's estimated time.
         """
         if not 0.0 <= time_margin < 1.0:
             raise ValueError(f'time_margin must be in [0, 1) (got {time_margin})')
@@ -122,85 +151,172 @@ class TimeBillPlanner:
             raise ValueError(f'alpha_max must be in [0, 1) (got {alpha_max})')
         if infeasible not in INFEASIBLE_POLICIES:
             raise ValueError(f'infeasible must be one of {INFEASIBLE_POLICIES}')
+        for name, value in (('plan_quantile', plan_quantile),
+                            ('admit_probability', admit_probability),
+                            ('min_cut_saving', min_cut_saving)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f'{name} must be in [0, 1] (got {value})')
         self.timing, self.predictor = timing, predictor
         self.alpha_max, self.press, self.infeasible = alpha_max, press, infeasible
         self.early_exit, self.tpot_jitter = early_exit, tpot_jitter
+        self.plan_quantile, self.admit_probability = plan_quantile, admit_probability
+        self.min_cut_saving = min_cut_saving
+
+    def _wcet(self, model: TimingModel, cut: Cut, n_x: int, tokens: int) -> float:
+        if cut.mode == Mode.EARLY_EXIT:
+            # Exits guarantee the earliest candidate's cost per token; plan on that.
+            return model.prefill(n_x) + self.early_exit.min_step_share() * model.decode(
+                (1.0 - cut.alpha) * n_x, tokens)
+        return model.wcet(n_x, cut.alpha, tokens)
+
+    def _tokens_that_fit(self, model: TimingModel, cut: Cut, n_x: int, cap: int,
+                         target: float) -> int:
+        """Return the most answer tokens (0..cap) whose WCET under ``cut`` fits ``target``."""
+        if self._wcet(model, cut, n_x, 1) > target:
+            return 0
+        low, high = 1, int(cap)
+        while low < high:  # WCET grows with the token count: bisect
+            mid = (low + high + 1) // 2
+            if self._wcet(model, cut, n_x, mid) <= target:
+                low = mid
+            else:
+                high = mid - 1
+        return low
+
+    def _cuts(self, model: TimingModel, request: Request, n_x: int, worst: int) -> tuple:
+        """Return (the cuts this goal may use, cheapest first; a note on what was left out)."""
+        if request.mode == Mode.EARLY_EXIT:
+            if self.early_exit is None:
+                raise Rejection('MODE_EARLY_EXIT is not configured on this node')
+            return [Cut(Mode.EARLY_EXIT)], ''
+        if request.mode == Mode.NONE:
+            return [Cut(Mode.NONE)], ''
+        if request.eviction_ratio > 0.0:  # the caller's fixed ratio
+            skip = press_skip_reason(self.press, n_x, request.eviction_ratio)
+            return ([Cut(Mode.EVICTION)], skip) if skip else \
+                ([Cut(Mode.EVICTION, request.eviction_ratio)], '')
+        full = model.wcet(n_x, 0.0, worst)
+        least = self.min_cut_saving * full
+        cuts, notes = [Cut(Mode.EVICTION)], []
+        evict = press_skip_reason(self.press, n_x, self.alpha_max)
+        if not evict and full - model.wcet(n_x, self.alpha_max, worst) < least:
+            evict = (f'eviction skipped: it would save under {self.min_cut_saving:.0%} of '
+                     f'the estimated {full:.3f} s')
+        if evict:
+            notes.append(evict)
+        else:
+            cuts.append(Cut(Mode.EVICTION, self.alpha_max))  # alpha solved per budget
+        if request.mode == Mode.AUTO and self.early_exit is not None:
+            ee = Cut(Mode.EARLY_EXIT, 0.0 if evict else self.alpha_max)
+            if full - self._wcet(model, ee, n_x, worst) >= least:
+                cuts.append(ee)
+            else:
+                notes.append('early exit skipped: it would save under '
+                             f'{self.min_cut_saving:.0%} of the estimated {full:.3f} s')
+        return cuts, '; '.join(notes)
+
+    def _choose(self, model: TimingModel, cuts: list, n_x: int, worst: int,
+                target: float, solve: bool) -> Cut:
+        """Return the cheapest cut that fits ``worst`` tokens, else the fastest one.
+
+        With ``solve`` an eviction cut is a bound: the smallest ratio that fits is used.
+        """
+        for cut in cuts:
+            if solve and cut.mode == Mode.EVICTION and cut.alpha > 0.0:
+                decision = solve_alpha(model, n_x, worst, target, cut.alpha)
+                if decision.feasible:
+                    return Cut(Mode.EVICTION, decision.alpha)
+            elif self._wcet(model, cut, n_x, worst) <= target:
+                return cut
+        return cuts[-1]
 
     def plan(self, request: Request, prompt_tokens: int, time_left_s: float,
-             predicted: int | None = None) -> Plan:
-        """Return the plan, or raise Rejection when the deadline cannot be met."""
+             predicted: int | None = None, pending: bool = False) -> Plan:
+        """Return the plan, or raise Rejection when the deadline cannot be met.
+
+        ``pending``: the length is predicted later (during prefill); plan a 1-token
+        answer now, so only goals whose first token cannot make it are rejected.
+        """
         model = self.timing()
         target = time_left_s * (1.0 - self.time_margin)
         predictor = self.predictor.name
+        dist = None
         if request.expected_tokens > 0:
             predicted, predictor = request.expected_tokens, 'caller'
-        elif predicted is None:
-            predicted = int(self.predictor.predict(request, prompt_tokens))
-        worst = worst_case_tokens(predicted, request.pessimistic_factor, request.max_new_tokens)
-        ee = self.early_exit
-        share = ee.min_step_share() if ee else 1.0
-        mode = Mode.NONE if request.mode == Mode.NONE else Mode.EVICTION
-        if request.mode == Mode.EARLY_EXIT:
-            if ee is None:
-                raise Rejection('MODE_EARLY_EXIT is not configured on this node')
-            mode, alpha = Mode.EARLY_EXIT, 0.0
-        elif request.mode == Mode.NONE or request.eviction_ratio > 0.0:
-            # No choice to make: full cache, or the caller's fixed ratio. Runs even when
-            # the estimate misses (the caller asked for exactly this); plan.feasible says.
-            alpha = request.eviction_ratio
+        elif pending:
+            predicted, predictor = 1, f'{predictor} (pending: predicted in prefill)'
         else:
-            decision = solve_alpha(model, prompt_tokens, worst, target, self.alpha_max)
-            alpha = decision.alpha
-            if not decision.feasible and request.mode == Mode.AUTO and ee is not None:
-                mode, alpha = Mode.EARLY_EXIT, self.alpha_max  # both: evict and exit early
+            if predicted is None:
+                predicted = int(self.predictor.predict(request, prompt_tokens))
+            dist = getattr(self.predictor, 'distribution', None)
+        cap = request.max_new_tokens
+        if dist is not None and predicted < cap:
+            # Plan for the calibrated quantile of the lengths such a prediction turns into.
+            planned = math.ceil(dist.quantile(self.plan_quantile, predicted))
+            worst = worst_case_tokens(max(1, planned), request.pessimistic_factor, cap)
+        else:
+            worst = worst_case_tokens(predicted, request.pessimistic_factor, cap)
+        ee = self.early_exit
+        cuts, note = self._cuts(model, request, prompt_tokens, worst)
+        cut = self._choose(model, cuts, prompt_tokens, worst, target,
+                           solve=request.eviction_ratio == 0.0)
         # The per-token deadline first: it may switch AUTO to early exit, and the
         # estimate below must be the one of the mode that runs.
         p99, utilisation = 0.0, 0.0
         if request.token_deadline_s > 0.0:
-            last_kv = (1.0 - alpha) * prompt_tokens + worst - 1
+            last_kv = (1.0 - cut.alpha) * prompt_tokens + worst - 1
+            share = ee.min_step_share() if ee else 1.0
 
             def p99_for(at: Mode) -> float:
                 step = model.step(last_kv) * (share if at == Mode.EARLY_EXIT else 1.0)
                 return p99_tpot_estimate(step, self.tpot_jitter)
-            p99 = p99_for(mode)
+            p99 = p99_for(cut.mode)
             ok, utilisation = schedulable(p99, request.token_deadline_s)
             if not ok and request.mode == Mode.AUTO and ee is not None \
-                    and mode != Mode.EARLY_EXIT:
-                mode = Mode.EARLY_EXIT  # full depth is too slow per token; exits are not
-                p99 = p99_for(mode)
+                    and cut.mode != Mode.EARLY_EXIT:
+                cut = Cut(Mode.EARLY_EXIT, cut.alpha)  # full depth is too slow per token
+                p99 = p99_for(cut.mode)
                 ok, utilisation = schedulable(p99, request.token_deadline_s)
             if not ok:
                 raise Rejection(
                     f'not schedulable: estimated P99 time per token {p99 * 1e3:.1f} ms > '
                     f'per-token deadline {request.token_deadline_s * 1e3:.1f} ms '
-                    f'(U = {utilisation:.2f}, mode {mode.name}, KV up to {last_kv:.0f} tokens)')
-        if mode == Mode.EARLY_EXIT:
-            # Exits guarantee the earliest candidate's cost per token; plan on that.
-            wcet = model.prefill(prompt_tokens) + share * model.decode(
-                (1.0 - alpha) * prompt_tokens, worst)
-        else:
-            wcet = model.wcet(prompt_tokens, alpha, worst)
+                    f'(U = {utilisation:.2f}, mode {cut.mode.name}, KV up to {last_kv:.0f} '
+                    'tokens)')
+        wcet = self._wcet(model, cut, prompt_tokens, worst)
         feasible = wcet <= target
+        if feasible:
+            fit = 1.0
+        else:
+            fits = self._tokens_that_fit(model, cut, prompt_tokens, cap, target)
+            if fits >= cap:
+                fit = 1.0  # an answer stops at max_new_tokens
+            elif dist is not None and predicted < cap:
+                fit = dist.prob_at_most(fits, predicted)
+            else:
+                fit = 1.0 if fits >= worst else 0.0
         prefill = model.prefill(prompt_tokens)
         plan = Plan(
-            mode=mode,
+            mode=cut.mode,
             prompt_tokens=prompt_tokens, predicted_tokens=predicted,
             predictor=predictor, worst_case_tokens=worst,
-            pessimistic_factor=request.pessimistic_factor, eviction_ratio=alpha,
-            press=self.press if alpha > 0.0 else '', est_prefill_s=prefill,
+            pessimistic_factor=request.pessimistic_factor, eviction_ratio=cut.alpha,
+            press=self.press if cut.alpha > 0.0 else '', est_prefill_s=prefill,
             est_decode_s=wcet - prefill, est_wcet_s=wcet,
             est_wcet_full_s=model.wcet(prompt_tokens, 0.0, worst),
             est_wcet_alpha_max_s=model.wcet(prompt_tokens, self.alpha_max, worst),
             feasible=feasible,
-            exit_layers=tuple(ee.rule.exit_layers) if mode == Mode.EARLY_EXIT else (),
+            exit_layers=tuple(ee.rule.exit_layers) if cut.mode == Mode.EARLY_EXIT else (),
             token_deadline_s=request.token_deadline_s, est_p99_tpot_s=p99,
-            utilisation=utilisation)
-        if not feasible and request.mode != Mode.NONE and request.eviction_ratio == 0.0 \
-                and self.infeasible == 'reject':
-            how = 'with early exit at layer %d' % ee.rule.exit_layers[0] \
-                if mode == Mode.EARLY_EXIT else f'even at eviction ratio {self.alpha_max:g}'
+            utilisation=utilisation, fit_probability=fit, note=note)
+        if fit < self.admit_probability and request.mode != Mode.NONE \
+                and request.eviction_ratio == 0.0 and self.infeasible == 'reject':
+            fits = self._tokens_that_fit(model, cut, prompt_tokens, cap, target)
             raise Rejection(
-                f'cannot meet the deadline: estimated worst case {wcet:.3f} s {how} > '
-                f'{target:.3f} s ({time_left_s:.3f} s left less a {self.time_margin:.0%} '
-                f'margin; prompt {prompt_tokens} tokens, up to {worst} answer tokens)', plan)
+                f'cannot meet the deadline: predicted {predicted} answer tokens ({predictor}); '
+                f'{fits} fit in {target:.3f} s ({time_left_s:.3f} s left less a '
+                f'{self.time_margin:.0%} margin) {cut.describe(ee)}, and '
+                f'P(answer <= {fits} tokens) = {fit:.1%} < admit_probability '
+                f'{self.admit_probability:g}; estimated worst case {wcet:.3f} s for {worst} '
+                f'tokens (prompt {prompt_tokens} tokens)', plan)
         return plan

@@ -87,6 +87,7 @@ class Telemetry:
     _ete_errors: deque = field(default=None, repr=False)
     _length_errors: deque = field(default=None, repr=False)
     last_e2e_s: float = math.nan
+    expected_false_rejections: float = 0.0
 
     def __post_init__(self):
         """Size the rolling windows."""
@@ -104,6 +105,15 @@ class Telemetry:
     def rejected(self) -> None:
         """Count a rejected goal."""
         self.counts['rejected'] += 1
+
+    def deadline_rejection(self, fit_probability: float) -> None:
+        """Count a goal rejected on its predicted length, with P(answer would have fit).
+
+        Whether the full model would really have made it is unknown here; the sum of
+        those probabilities is the expected number of false rejections.
+        """
+        self.counts['rejected_on_prediction'] += 1
+        self.expected_false_rejections += min(1.0, max(0.0, float(fit_probability)))
 
     def finished(self, record: GoalRecord) -> None:
         """Fold one finished goal into the counters and windows."""
@@ -144,6 +154,7 @@ class Telemetry:
             'tpot_p50_s': self.tpot_percentile(50),
             'tpot_p99_s': self.tpot_percentile(99),
             'last_e2e_s': self.last_e2e_s,
+            'false_rejections_expected': round(self.expected_false_rejections, 3),
             'ete_abs_error_p50_pct': percentile([abs(e) for e in self._ete_errors], 50),
             'ete_error_last_pct': self._ete_errors[-1] if self._ete_errors else math.nan,
             'length_abs_error_mean': (sum(abs(e) for e in self._length_errors)
@@ -154,5 +165,6 @@ class Telemetry:
 
 
 COUNTERS: Iterable[str] = (
-    'accepted', 'rejected', 'completed', 'killed', 'skipped', 'canceled', 'failed',
+    'accepted', 'rejected', 'rejected_on_prediction', 'completed', 'killed', 'skipped',
+    'canceled', 'failed',
     'met', 'missed')

@@ -58,7 +58,8 @@ def plan_to_msg(plan: Plan) -> InferencePlan:
         est_wcet_alpha_max_s=plan.est_wcet_alpha_max_s, feasible=plan.feasible,
         exit_layers=[int(x) for x in plan.exit_layers],
         token_deadline_s=float(plan.token_deadline_s),
-        est_p99_tpot_s=float(plan.est_p99_tpot_s), utilisation=float(plan.utilisation))
+        est_p99_tpot_s=float(plan.est_p99_tpot_s), utilisation=float(plan.utilisation),
+        fit_probability=float(plan.fit_probability), note=plan.note)
 
 
 def result_to_msg(result: JobResult) -> Instruct.Result:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 import socket
 import sys
@@ -281,7 +281,10 @@ class TimebillNode(Node):
         self.planner = TimeBillPlanner(lambda: self.online.model, self.predictor,
                                        self.config.alpha_max, self.config.press,
                                        self.config.infeasible, self.config.time_margin,
-                                       self.early_exit, self.config.tpot_jitter)
+                                       self.early_exit, self.config.tpot_jitter,
+                                       self.config.plan_quantile,
+                                       self.config.admit_probability,
+                                       self.config.min_cut_saving)
         modes = {Mode.AUTO, Mode.NONE, Mode.EVICTION}
         self.limits = self.config.limits(
             modes | {Mode.EARLY_EXIT} if self.early_exit is not None else modes)
@@ -335,8 +338,7 @@ class TimebillNode(Node):
                          lock=self.loaded.tokenizer_lock)
         check_prompt_fits(len(ids), self.loaded.context_window)
         if will_run and self._predict_in_prefill(request):
-            plan = self.planner.plan(request, len(ids), clock.remaining(), predicted=1)
-            plan = replace(plan, predictor=f'{plan.predictor} (pending: predicted in prefill)')
+            plan = self.planner.plan(request, len(ids), clock.remaining(), pending=True)
         else:
             plan = self.planner.plan(request, len(ids), clock.remaining())
         return Job(key=key, request=request, prompt_ids=ids, clock=clock, plan=plan)
@@ -354,9 +356,11 @@ class TimebillNode(Node):
             raise Rejection(
                 f'queue full ({waiting} goals waiting, queue_length {self._queue.capacity})')
 
-    def _reject(self, key: str, reason: str) -> None:
+    def _reject(self, key: str, reason: str, plan: Plan | None = None) -> None:
         with self._lock:
             self.telemetry.rejected()
+            if plan is not None and not plan.feasible:
+                self.telemetry.deadline_rejection(plan.fit_probability)
         self.get_logger().warning(f'rejected {key}: {reason}')
         rejected = JobResult(outcome=Outcome.REJECTED, deadline_met=False, reason=reason)
         self._responses.publish(convert.response_msg(key, rejected, self._stamp()))
@@ -369,7 +373,7 @@ class TimebillNode(Node):
                 self._check_room()
                 self._pending[key] = job
         except Rejection as exc:
-            self._reject(key, exc.reason)
+            self._reject(key, exc.reason, exc.plan)
             return GoalResponse.REJECT
         return GoalResponse.ACCEPT
 
@@ -389,7 +393,7 @@ class TimebillNode(Node):
                 self._check_room()
                 self._enqueue(job)
         except Rejection as exc:
-            self._reject(key, exc.reason)
+            self._reject(key, exc.reason, exc.plan)
 
     def _enqueue(self, job: Job) -> None:
         """Queue an admitted job (lock held)."""
@@ -406,7 +410,8 @@ class TimebillNode(Node):
             response.accepted, response.reason = False, exc.reason
             return response
         response.accepted = True
-        response.reason = 'would be accepted'
+        response.reason = (f'would be accepted (P(answer fits) = '
+                           f'{job.plan.fit_probability:.0%})')
         response.plan = convert.plan_to_msg(job.plan)
         return response
 
@@ -491,6 +496,8 @@ class TimebillNode(Node):
                                                result.e2e_s, result.step_times))
             if estimate:
                 self.telemetry.ete_error(error)
+            if result.outcome == Outcome.REJECTED and not result.plan.feasible:
+                self.telemetry.deadline_rejection(result.plan.fit_probability)
             if result.outcome == Outcome.COMPLETED and result.plan.predicted_tokens:
                 # Only finished answers have a true length (a killed one was cut short).
                 self.telemetry.length_error(result.plan.predicted_tokens, result.tokens)

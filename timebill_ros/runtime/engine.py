@@ -43,7 +43,7 @@ class StreamDecoder:
         return self._text
 
 
-PressFactory = Callable[[Plan], object]
+PressFactory = Callable[[Plan, int], object]  # (plan, prompt tokens) -> press or None
 
 
 class Engine:
@@ -81,7 +81,7 @@ class Engine:
         """Run the prefill under the plan's press, or under the press decided midway."""
         model = self.loaded.model
         if decide is None:
-            press = self.press_for_plan(plan) if self.press_for_plan else None
+            press = self.press_for_plan(plan, ids.shape[1]) if self.press_for_plan else None
             with press(model) if press is not None else nullcontext():
                 return model(input_ids=ids, past_key_values=cache, use_cache=True), plan
         from timebill_ros.runtime.deferred_press import DeferredPress
@@ -92,7 +92,9 @@ class Engine:
 
         def on_layer(module, args, kwargs, output):
             decided[0] = decide.plan_from(output[0] if isinstance(output, tuple) else output)
-            deferred.decide(self.press_for_plan(decided[0]) if self.press_for_plan else None)
+            press = self.press_for_plan(decided[0], ids.shape[1]) \
+                if self.press_for_plan else None
+            deferred.decide(press)
 
         handle = layers[decide.layer - 1].register_forward_hook(on_layer, with_kwargs=True)
         try:

@@ -20,7 +20,7 @@ import numpy as np
 
 SHAREGPT_FILE = 'ShareGPT_V3_unfiltered_cleaned_split.json'
 PROBE_LAYERS = (6, 12, 18, 24, 30)
-SOURCES = ('sharegpt', 'squad', 'hotpotqa', 'cnndm')
+SOURCES = ('sharegpt', 'squad', 'hotpotqa', 'cnndm', 'robot')
 
 
 def sharegpt_path() -> Path:
@@ -105,12 +105,31 @@ def task_prompts(task: str, tokenizer, limit: int, min_tokens: int = 64,
     return chosen
 
 
+def robot_prompts(limit: int, wanted=None) -> list:
+    """Return up to ``limit`` (id, text) robot-workload prompts, ids prefixed ``robot-``.
+
+    Every split is labelled (lengths of the test split are evaluation data);
+    trainers must keep to the items whose ``split`` is 'train'.
+    """
+    from timebill_ros.evaluation import robot_workload
+    chosen = []
+    for item in robot_workload.load():
+        rid = f'robot-{item.id}'
+        if wanted is None or rid in wanted:
+            text = f'{item.context.strip()}\n\n{item.instruction.strip()}' \
+                if item.context.strip() else item.instruction.strip()
+            chosen.append((rid, text))
+    return chosen[:limit]
+
+
 def source_prompts(source: str, tokenizer, limit: int) -> list:
     """Return up to ``limit`` (id, text) prompts of one source in ``SOURCES``."""
     if source not in SOURCES:
         raise ValueError(f'unknown prompt source {source!r} (expected one of {SOURCES})')
     if source == 'sharegpt':
         return select_prompts(tokenizer, limit)
+    if source == 'robot':
+        return robot_prompts(limit)
     return task_prompts(source, tokenizer, limit)
 
 
@@ -128,8 +147,12 @@ def prompt_texts(tokenizer, prompt_ids_wanted) -> dict:
         mine = {rid for rid in wanted if source_of(rid) == source}
         if not mine:
             continue
-        found = select_prompts(tokenizer, 10 ** 6) if source == 'sharegpt' else \
-            task_prompts(source, tokenizer, 10 ** 6, wanted=mine)
+        if source == 'sharegpt':
+            found = select_prompts(tokenizer, 10 ** 6)
+        elif source == 'robot':
+            found = robot_prompts(10 ** 6, wanted=mine)
+        else:
+            found = task_prompts(source, tokenizer, 10 ** 6, wanted=mine)
         texts.update((rid, text) for rid, text in found if rid in mine)
     missing = wanted - set(texts)
     if missing:

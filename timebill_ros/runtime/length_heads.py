@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from timebill_ros.core.length import decode_buckets, to_bucket
+from timebill_ros.core.length import decode_buckets, LengthDistribution, to_bucket
 
 
 @dataclass
@@ -26,6 +26,8 @@ class LinearHead:
     target: str = ''
     # How bucket scores become a length (core.length.DECODE_RULES; TimeBill: argmax).
     decode: str = 'argmax'
+    # True lengths given a prediction, from held-out data (admission uses it).
+    distribution: LengthDistribution | None = None
 
     def predict(self, features: np.ndarray) -> np.ndarray:
         """Return predicted lengths for rows of features."""
@@ -38,9 +40,10 @@ class LinearHead:
 
     def save(self, path) -> None:
         """Write the head as a small .npz."""
+        extra = self.distribution.to_arrays() if self.distribution is not None else {}
         np.savez(path, weight=self.weight, bias=self.bias, mean=self.mean, scale=self.scale,
                  bucket_size=self.bucket_size, n_max=self.n_max, features=self.features,
-                 target=self.target, decode=self.decode)
+                 target=self.target, decode=self.decode, **extra)
 
     @classmethod
     def load(cls, path) -> 'LinearHead':
@@ -50,7 +53,8 @@ class LinearHead:
                    int(data['bucket_size']), int(data['n_max']),
                    str(data['features']) if 'features' in data else '',
                    str(data['target']) if 'target' in data else '',
-                   str(data['decode']) if 'decode' in data else 'argmax')
+                   str(data['decode']) if 'decode' in data else 'argmax',
+                   LengthDistribution.from_arrays(data))
 
 
 def train_head(features: np.ndarray, lengths: np.ndarray, bucket_size: int, n_max: int,

@@ -120,6 +120,8 @@ class HeadPredictor:
     def __init__(self, head: LinearHead, featurizer, name: str):
         """Wrap a head and its featurizer."""
         self.head, self.featurizer, self.name = head, featurizer, name
+        # Calibrated true lengths per prediction (None for heads trained before it).
+        self.distribution = head.distribution
 
     @classmethod
     def from_head(cls, head: LinearHead, loaded: LoadedModel,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from timebill_ros.core.eviction import press_skip_reason
+
 PRESSES = ('snapkv', 'streamingllm', 'knorm', 'expected_attention')
 
 
@@ -28,8 +30,16 @@ def make_press(name: str, ratio: float):
     return kvpress.ExpectedAttentionPress(compression_ratio=ratio)
 
 
-def press_for_plan(plan):
-    """Build the press an InferencePlan asks for (None when it evicts nothing)."""
+def press_for_plan(plan, prompt_tokens: int | None = None):
+    """Build the press an InferencePlan asks for (None when it evicts nothing).
+
+    With ``prompt_tokens`` a press the prompt is too short for is skipped
+    (core.eviction.press_skip_reason); the planner already plans no eviction
+    there and says so in the plan's note, this only guards other callers.
+    """
     if plan.eviction_ratio <= 0.0:
         return None
-    return make_press(plan.press or 'snapkv', float(plan.eviction_ratio))
+    name, ratio = plan.press or 'snapkv', float(plan.eviction_ratio)
+    if prompt_tokens is not None and press_skip_reason(name, prompt_tokens, ratio):
+        return None
+    return make_press(name, ratio)
