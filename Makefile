@@ -8,6 +8,7 @@
 #   make demo    python -m timebill_ros.cli.demo
 #   make bench   TimeBill evaluation (timebill_bench; BENCH_ARGS=--quick for a short run)
 #   make bench-overhead   node overhead vs a bare decode loop
+#   make bench-robot      robot workload through the node (results/robot)
 #   make clean   remove build/ install/ log/ (keeps .venv)
 
 SHELL := /bin/bash
@@ -29,7 +30,7 @@ existing = $(patsubst $(ROOT)/%,%,$(wildcard $(addprefix $(ROOT)/,$(1))))
 LINT_PATHS = $(call existing,timebill_ros test scripts/timebill_node scripts/ete_in_node.py launch setup.py)
 DOC_PATHS = $(call existing,timebill_ros test scripts/ete_in_node.py)
 
-.PHONY: venv build test lint node demo bench bench-overhead clean
+.PHONY: venv build test lint node demo bench bench-overhead bench-robot clean
 
 venv: $(STAMP)
 
@@ -72,6 +73,9 @@ bench: build
 
 bench-overhead: build
 	$(ENV) && exec python -m timebill_ros.cli.bench_overhead
+
+bench-robot: build
+	$(ENV) && exec python -m timebill_ros.cli.bench_robot $(BENCH_ARGS)
 
 clean:
 	rm -rf "$(ROOT)/build" "$(ROOT)/install" "$(ROOT)/log" "$(ROOT)/.pytest_cache"

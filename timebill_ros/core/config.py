@@ -57,10 +57,10 @@ PARAMS = (
     Param('infeasible', 'reject', "When even alpha_max misses the deadline: 'reject' the goal "
           "(with the estimate) or run 'best_effort' at alpha_max.",
           choices=('reject', 'best_effort')),
-    Param('length_predictor', 'max-new-tokens', "Answer-length predictor: 'max-new-tokens' "
-          "(assume the cap; safe, pessimistic), 'rlp' (the shipped head, "
-          'timebill_ros/data/length_head.npz; experimental, see README) or a path to a head '
-          '.npz from timebill_ros.cli.train_length.'),
+    Param('length_predictor', 'rlp', "Answer-length predictor: 'rlp' (the shipped head, "
+          'timebill_ros/data/length_head.npz, trained and calibrated on the robot workload), '
+          "'max-new-tokens' (assume the cap; pessimistic) or a path to a head .npz from "
+          'timebill_ros.cli.train_length_robot / train_length.'),
     Param('plan_quantile', 0.9, "With a calibrated length predictor: the goal is planned "
           '(quality cut chosen) for this quantile of the answer lengths its prediction turns '
           'into on held-out data.', 0.0, 1.0),
@@ -123,7 +123,7 @@ class NodeConfig:
     alpha_max: float = 0.95
     press: str = 'snapkv'
     infeasible: str = 'reject'
-    length_predictor: str = 'max-new-tokens'
+    length_predictor: str = 'rlp'
     plan_quantile: float = 0.9
     admit_probability: float = 0.05
     min_cut_saving: float = 0.05

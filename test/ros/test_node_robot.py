@@ -1,0 +1,56 @@
+"""The shipped configuration with the embedded model serves short robot instructions."""
+
+import pytest
+import yaml
+
+from action_msgs.msg import GoalStatus
+
+from conftest import NodeProcess, ROOT
+from timebill_ros.action import Instruct
+from timebill_ros.ros.client import InstructClient, make_goal
+
+R, G = Instruct.Result, Instruct.Goal
+
+
+@pytest.fixture(scope='module')
+def node(rclpy_context, tmp_path_factory):
+    with open(f'{ROOT}/config/timebill.yaml', encoding='utf-8') as handle:
+        params = yaml.safe_load(handle)['/**']['ros__parameters']
+    params = {k: v for k, v in params.items() if v != ''}
+    params['profile'] = str(tmp_path_factory.mktemp('profile') / 'embedded.yaml')
+    proc = NodeProcess(params, ready_timeout=600, namespace='/robot')
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope='module')
+def client(node):
+    c = InstructClient('/robot/timebill/instruct', 'robot_test_client',
+                       '/robot/timebill/responses')
+    c.wait_for_server(30)
+    yield c
+    c.close()
+
+
+def test_one_word_decision_with_3_s_is_accepted_and_completes(client):
+    # The issue's regression: with the max-new-tokens stand-in this goal was planned for
+    # 128 answer tokens (~8 s) and refused; the shipped head predicts a short answer.
+    run = client.ask(make_goal('Answer with one word, STOP or GO: a pedestrian is crossing '
+                               '4 m ahead of the vehicle, ego speed 8 m/s.', 3.0,
+                               mode=G.MODE_AUTO), 60)
+    assert run.accepted, run.reject_reason
+    res = run.result
+    assert res.outcome == R.COMPLETED and res.deadline_met, res.reason
+    assert run.status == GoalStatus.STATUS_SUCCEEDED
+    assert res.e2e_s <= 3.0 and res.tokens < 20
+    assert res.plan.predictor.startswith('rlp') and res.plan.predicted_tokens < 64
+    assert res.plan.fit_probability > 0.5 and res.plan.eviction_ratio == 0.0  # too short
+    assert res.text.strip() and run.streamed_text == res.text
+
+
+def test_hopeless_budget_is_rejected_with_the_prediction(client):
+    run = client.ask(make_goal('List ten pre-drive checks for an electric shuttle.', 0.005,
+                               mode=G.MODE_AUTO), 60)
+    assert not run.accepted
+    assert 'cannot meet the deadline' in run.reject_reason
+    assert 'predicted' in run.reject_reason
