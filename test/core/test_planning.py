@@ -132,6 +132,12 @@ def test_auto_falls_back_to_eviction_plus_early_exit_when_eviction_alone_misses(
     plan = planner.plan(req(Mode.AUTO), 2000, budget)
     assert plan.mode == Mode.EARLY_EXIT and plan.eviction_ratio == pytest.approx(0.95)
     assert plan.feasible
+    # The node's default (auto_early_exit false): AUTO never adds early exit by itself.
+    off = TimeBillPlanner(lambda: MODEL, MaxTokensPredictor(), early_exit=_ee(),
+                          auto_early_exit=False, infeasible='best_effort')
+    plan = off.plan(req(Mode.AUTO), 2000, budget)
+    assert plan.mode == Mode.EVICTION and plan.eviction_ratio == pytest.approx(0.95)
+    assert off.plan(req(Mode.EARLY_EXIT), 2000, budget).mode == Mode.EARLY_EXIT
 
 
 def test_per_token_deadline_schedulability():

@@ -29,8 +29,11 @@ ALPHA_MAX = 0.95  # the node default
 @pytest.fixture(scope='module')
 def node(rclpy_context, tmp_path_factory):
     path = tmp_path_factory.mktemp('profile') / 'embedded.yaml'
+    # The max-new-tokens stand-in: these tests are about the ETE and eviction, and plan
+    # for the goal's whole cap (the shipped head is tested in test_node_robot.py).
     proc = NodeProcess({'model': 'embedded', 'profile': str(path), 'calibrate_on_start': True,
-                        'calibration_quick': True, 'time_margin': MARGIN}, ready_timeout=600)
+                        'calibration_quick': True, 'time_margin': MARGIN,
+                        'length_predictor': 'max-new-tokens'}, ready_timeout=600)
     proc.profile_path = path
     yield proc
     proc.stop()

@@ -198,10 +198,11 @@ def markdown(report: dict) -> str:
     for policy in ('kill', 'skip_next'):
         lines += [f'## {policy}: deadline met / false rejections / FAILED / quality '
                   '(in-time answers)', '',
-                  '| strategy | ' + ' | '.join(TIERS) + ' |', '|---|' + '---|' * len(TIERS)]
+                  '| strategy | ' + ' | '.join(report['tiers']) + ' |',
+                  '|---|' + '---|' * len(report['tiers'])]
         for strategy in STRATEGIES:
             cells = []
-            for tier in TIERS:
+            for tier in report['tiers']:
                 s = report['table'][policy][tier][strategy]
                 cells.append(f"{s['met_rate']:.0%} / {s['false_rejections']} / {s['failed']} / "
                              f"{s['quality']:.2f}" if not math.isnan(s['quality']) else
@@ -212,7 +213,7 @@ def markdown(report: dict) -> str:
               '| tier | AUTO met | NONE met | AUTO quality | NONE quality | items | '
               'AUTO mean slack s | AUTO modes (full / evict / early exit) |',
               '|---|---|---|---|---|---|---|---|']
-    for tier in TIERS:
+    for tier in report['tiers']:
         a, b = report['table']['kill'][tier]['TimeBill AUTO'], \
             report['table']['kill'][tier]['MODE_NONE']
         qa, qb, k = same_item_quality(a, b)
@@ -235,11 +236,12 @@ def plot(report: dict, out: Path) -> None:
                               ('quality', 'quality of in-time answers', 'quality.png')):
         fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
         for ax, policy in zip(axes, ('kill', 'skip_next')):
+            tiers = report['tiers']
             for strategy in STRATEGIES:
-                ax.plot(range(len(TIERS)),
-                        [report['table'][policy][t][strategy][key] for t in TIERS],
+                ax.plot(range(len(tiers)),
+                        [report['table'][policy][t][strategy][key] for t in tiers],
                         marker='o', label=strategy)
-            ax.set_xticks(range(len(TIERS)), TIERS)
+            ax.set_xticks(range(len(tiers)), tiers)
             ax.set_title(policy)
             ax.set_xlabel('budget tier (x item full-model time, or seconds)')
             ax.grid(alpha=0.3)
@@ -258,6 +260,12 @@ def main(argv=None) -> int:
     parser.add_argument('--out', default=str(ROOT / 'results' / 'robot'))
     parser.add_argument('--split', default='test', choices=('test', 'train'))
     parser.add_argument('--items', type=int, default=0, help='first N items only (0: all)')
+    parser.add_argument('--reuse', default='',
+                        help='bench.json of an earlier run: keep its reference, fixed-strategy '
+                             'and MODE_NONE runs and run only TimeBill AUTO again (after a '
+                             'planner change), at --tiers')
+    parser.add_argument('--tiers', nargs='+', default=list(TIERS), choices=TIERS,
+                        help='with --reuse: the tiers AUTO runs at')
     args = parser.parse_args(argv)
     from timebill_ros.action import Instruct
     from timebill_ros.ros.client import ensure_init
@@ -277,17 +285,29 @@ def main(argv=None) -> int:
     ensure_init()
     bench = Bench(log)
     runs: dict = {}
+    tiers = TIERS
+    if args.reuse:
+        with open(args.reuse, encoding='utf-8') as handle:
+            runs = json.load(handle)['runs']
+        tiers = tuple(t for t in TIERS if t in args.tiers)
+        done = {r['item'] for r in runs['reference']}
+        items = [item for item in items if item.id in done]
+        by_id = {item.id: item for item in items}
     try:
         bench.start('fp32', {})
-        log('1. reference: MODE_NONE, loose budget')
-        runs['reference'] = [bench.run('fp32', item, LOOSE_S, G.MODE_NONE) for item in items]
+        if not args.reuse:
+            log('1. reference: MODE_NONE, loose budget')
+            runs['reference'] = [bench.run('fp32', item, LOOSE_S, G.MODE_NONE)
+                                 for item in items]
         full = {r['item']: r['e2e_s'] for r in runs['reference']}
         refs = {r['item']: r['text'] for r in runs['reference']}
-        log('2. fixed: eviction ratio 0.5, loose budget')
-        runs['alpha 0.5'] = [bench.run('fp32', item, LOOSE_S, G.MODE_EVICTION,
-                                       eviction_ratio=0.5) for item in items]
-        runs['auto'], runs['auto_skip'], runs['none_real'] = {}, {}, {}
-        for tier in TIERS:
+        if not args.reuse:
+            log('2. fixed: eviction ratio 0.5, loose budget')
+            runs['alpha 0.5'] = [bench.run('fp32', item, LOOSE_S, G.MODE_EVICTION,
+                                           eviction_ratio=0.5) for item in items]
+        runs['auto'], runs['auto_skip'] = {}, {}
+        runs.setdefault('none_real', {})
+        for tier in tiers:
             log(f'3. TimeBill AUTO, Kill, tier {tier}')
             runs['auto'][tier] = [bench.run('fp32', item, tier_budget(tier, full[item.id]),
                                             G.MODE_AUTO) for item in items]
@@ -296,19 +316,20 @@ def main(argv=None) -> int:
             redo = {r['item']: bench.run('fp32', by_id[r['item']], r['budget_s'], G.MODE_AUTO,
                                          policy=SKIP) for r in again}
             runs['auto_skip'][tier] = [redo.get(r['item'], r) for r in runs['auto'][tier]]
-        for tier in ('0.9x', '1x'):
+        for tier in () if args.reuse else ('0.9x', '1x'):
             log(f'4. MODE_NONE for real, Kill, tier {tier}')
             runs['none_real'][tier] = [bench.run('fp32', item, tier_budget(tier, full[item.id]),
                                                  G.MODE_NONE, policy=KILL) for item in items]
-        bench.start('int8', {'dtype': 'int8-dynamic'})
-        log('5. int8-dynamic MODE_NONE, loose budget')
-        runs['int8'] = [bench.run('int8', item, LOOSE_S, G.MODE_NONE) for item in items]
+        if not args.reuse:
+            bench.start('int8', {'dtype': 'int8-dynamic'})
+            log('5. int8-dynamic MODE_NONE, loose budget')
+            runs['int8'] = [bench.run('int8', item, LOOSE_S, G.MODE_NONE) for item in items]
     finally:
         bench.stop()
 
     table = {'kill': {}, 'skip_next': {}}
     auto_modes, agree, checked = {}, 0, 0
-    for tier in TIERS:
+    for tier in tiers:
         budgets = {item.id: tier_budget(tier, full[item.id]) for item in items}
         loose = {'MODE_NONE': runs['reference'], 'alpha 0.5': runs['alpha 0.5'],
                  'int8-dynamic': runs['int8']}
@@ -338,7 +359,8 @@ def main(argv=None) -> int:
               'command': 'python -m timebill_ros.cli.bench_robot '
                          + ' '.join(argv if argv is not None else sys.argv[1:]),
               'split': args.split, 'items': len(items),
-              'minutes': (time.monotonic() - started) / 60, 'tiers': list(TIERS),
+              'minutes': (time.monotonic() - started) / 60, 'tiers': list(tiers),
+              'reused': args.reuse,
               'shipped_params': shipped_params(), 'table': table, 'auto_modes': auto_modes,
               'replay_check': {'runs': checked, 'agree': agree},
               'full_time_s': {'median': statistics.median(full.values()),

@@ -73,6 +73,10 @@ def main(argv=None) -> int:
                         help='head to compare with (default: the one at --head-out now)')
     parser.add_argument('--results', default=str(ROOT / 'results'))
     parser.add_argument('--plan-quantile', type=float, default=0.9)
+    parser.add_argument('--l2', type=float, nargs='+', default=[1e-2, 1.0, 100.0],
+                        help='weight decays tried by cross-validation')
+    parser.add_argument('--decodes', nargs='+', default=['median', 'mean'],
+                        help='bucket decode rules tried by cross-validation')
     parser.add_argument('--max-new-tokens', type=int, default=128,
                         help="the stand-in's prediction (the node's default answer cap)")
     args = parser.parse_args(argv)
@@ -94,8 +98,8 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     scores = []
     for name, x in features.items():
-        for l2 in (1e-2, 1.0, 100.0):
-            for decode in ('median', 'mean'):
+        for l2 in args.l2:
+            for decode in args.decodes:
                 pred = out_of_fold(x[train], y[train], parts, 16, n_max, l2, decode)
                 scores.append((metrics(pred, y[train])['mae'], name, l2, decode))
                 print(f'  {name} l2={l2:g} {decode}: cv MAE {scores[-1][0]:.1f}', flush=True)

@@ -70,6 +70,11 @@ PARAMS = (
           0.0, 1.0),
     Param('min_cut_saving', 0.05, 'A quality cut (eviction, early exit) is used only when the '
           "ETE says it saves at least this share of the full model's time.", 0.0, 1.0),
+    Param('auto_early_exit', False, 'Let MODE_AUTO add early exit when no other cut fits '
+          '(MODE_EARLY_EXIT goals use early exit regardless). Off: on the robot workload '
+          "AUTO with early exit missed deadlines the full model met, because early-exit "
+          "answers differ from the full model's (often longer) and the layer-wise step saves "
+          'less than the profile says (README, results/robot).'),
     Param('length_predictor_max_tokens', 256, 'Longest input the length predictor reads; '
           'longer prompts keep their first 32 and last tokens (bounds its cost).', 65, 8192),
     Param('length_predictor_in_prefill', True, "For heads on the target's own hidden states: "
@@ -127,6 +132,7 @@ class NodeConfig:
     plan_quantile: float = 0.9
     admit_probability: float = 0.05
     min_cut_saving: float = 0.05
+    auto_early_exit: bool = False
     length_predictor_max_tokens: int = 256
     length_predictor_in_prefill: bool = True
     early_exit_layers: str = ''

@@ -136,13 +136,15 @@ class TimeBillPlanner:
                  infeasible: str = 'reject', time_margin: float = 0.0,
                  early_exit: EarlyExitConfig | None = None, tpot_jitter: float = 0.15,
                  plan_quantile: float = 0.9, admit_probability: float = 0.05,
-                 min_cut_saving: float = 0.0):
+                 min_cut_saving: float = 0.0, auto_early_exit: bool = True):
         """Configure the planner; raise ValueError on bad settings.
 
         ``time_margin`` keeps that fraction of the time left in reserve for
         estimation error and per-token overheads the ETE does not model.
         ``min_cut_saving``: a quality cut (eviction, early exit) is only used when
         it saves at least this share of the full model's estimated time.
+        ``auto_early_exit``: MODE_AUTO may add early exit (MODE_EARLY_EXIT goals
+        use it whatever this says).
         """
         if not 0.0 <= time_margin < 1.0:
             raise ValueError(f'time_margin must be in [0, 1) (got {time_margin})')
@@ -160,7 +162,7 @@ class TimeBillPlanner:
         self.alpha_max, self.press, self.infeasible = alpha_max, press, infeasible
         self.early_exit, self.tpot_jitter = early_exit, tpot_jitter
         self.plan_quantile, self.admit_probability = plan_quantile, admit_probability
-        self.min_cut_saving = min_cut_saving
+        self.min_cut_saving, self.auto_early_exit = min_cut_saving, auto_early_exit
 
     def _wcet(self, model: TimingModel, cut: Cut, n_x: int, tokens: int) -> float:
         if cut.mode == Mode.EARLY_EXIT:
@@ -206,7 +208,7 @@ class TimeBillPlanner:
             notes.append(evict)
         else:
             cuts.append(Cut(Mode.EVICTION, self.alpha_max))  # alpha solved per budget
-        if request.mode == Mode.AUTO and self.early_exit is not None:
+        if request.mode == Mode.AUTO and self.early_exit is not None and self.auto_early_exit:
             ee = Cut(Mode.EARLY_EXIT, 0.0 if evict else self.alpha_max)
             if full - self._wcet(model, ee, n_x, worst) >= least:
                 cuts.append(ee)
@@ -272,7 +274,7 @@ class TimeBillPlanner:
                 return p99_tpot_estimate(step, self.tpot_jitter)
             p99 = p99_for(cut.mode)
             ok, utilisation = schedulable(p99, request.token_deadline_s)
-            if not ok and request.mode == Mode.AUTO and ee is not None \
+            if not ok and request.mode == Mode.AUTO and ee is not None and self.auto_early_exit \
                     and cut.mode != Mode.EARLY_EXIT:
                 cut = Cut(Mode.EARLY_EXIT, cut.alpha)  # full depth is too slow per token
                 p99 = p99_for(cut.mode)

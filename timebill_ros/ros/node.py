@@ -284,7 +284,8 @@ class TimebillNode(Node):
                                        self.early_exit, self.config.tpot_jitter,
                                        self.config.plan_quantile,
                                        self.config.admit_probability,
-                                       self.config.min_cut_saving)
+                                       self.config.min_cut_saving,
+                                       self.config.auto_early_exit)
         modes = {Mode.AUTO, Mode.NONE, Mode.EVICTION}
         self.limits = self.config.limits(
             modes | {Mode.EARLY_EXIT} if self.early_exit is not None else modes)
