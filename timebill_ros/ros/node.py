@@ -224,7 +224,13 @@ class TimebillNode(Node):
         path = SHIPPED_HEAD if choice == 'rlp' else Path(choice)
         if not path.is_file():
             raise ValueError(f'length_predictor {choice!r}: no head file at {path}')
-        predictor = load_predictor(path, self.loaded, self.config.length_predictor_max_tokens)
+        try:
+            predictor = load_predictor(path, self.loaded,
+                                       self.config.length_predictor_max_tokens)
+        except ValueError as exc:  # e.g. the head reads a layer this model does not have
+            self.get_logger().warning(f'length predictor {path} does not fit model '
+                                      f'{self.loaded.name!r} ({exc}): using max-new-tokens')
+            return MaxTokensPredictor()
         if predictor.target != self.loaded.name:
             # Lengths are distilled from one model; another model answers differently.
             self.get_logger().warning(
