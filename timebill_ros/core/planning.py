@@ -287,6 +287,7 @@ class TimeBillPlanner:
                     'tokens)')
         wcet = self._wcet(model, cut, prompt_tokens, worst)
         feasible = wcet <= target
+        fits = worst  # the planned length fits
         if feasible:
             fit = 1.0
         else:
@@ -313,7 +314,6 @@ class TimeBillPlanner:
             utilisation=utilisation, fit_probability=fit, note=note)
         if fit < self.admit_probability and request.mode != Mode.NONE \
                 and request.eviction_ratio == 0.0 and self.infeasible == 'reject':
-            fits = self._tokens_that_fit(model, cut, prompt_tokens, cap, target)
             raise Rejection(
                 f'cannot meet the deadline: predicted {predicted} answer tokens ({predictor}); '
                 f'{fits} fit in {target:.3f} s ({time_left_s:.3f} s left less a '
