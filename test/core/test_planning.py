@@ -4,6 +4,7 @@ from dataclasses import replace
 
 import pytest
 
+from timebill_ros.core.cuts import CutEffect, CutEffects
 from timebill_ros.core.length import LengthDistribution
 from timebill_ros.core.planning import MaxTokensPredictor, TimeBillPlanner
 from timebill_ros.core.request import Mode, OverrunPolicy, Rejection, Request
@@ -215,4 +216,48 @@ def test_auto_skips_cuts_that_save_less_than_they_cost():
     budget = (steep.wcet(3000, 0.0, 100) + steep.wcet(3000, 0.95, 100)) / 2
     plan = TimeBillPlanner(lambda: steep, Fixed(100), min_cut_saving=0.05).plan(
         req(Mode.AUTO, 128), 3000, budget)
-    assert plan.eviction_ratio > 0.0 and plan.note == ''
+    assert plan.eviction_ratio > 0.0 and 'skipped' not in plan.note
+
+
+INT8 = TimingModel(0.0, 1e-3, 0.0, 0.0, 0.02)  # decode steps 2.5x faster than SHORT
+
+
+def test_auto_decodes_at_lower_precision_only_when_it_is_worth_more():
+    effects = CutEffects(precision={'int8-dynamic': CutEffect(1.0, 0.4)})
+    planner = TimeBillPlanner(lambda: SHORT, Calibrated(40), min_cut_saving=0.05,
+                              precisions={'int8-dynamic': lambda: INT8}, effects=effects)
+    request = req(Mode.AUTO, max_new=128)
+    # Predicted 40 (true 40..120). 7 s fits every answer at full precision.
+    assert planner.plan(request, 45, 7.0).precision == ''
+    # 5 s fits ~99 tokens: P(fit) ~0.74 x 1.0 beats int8's 0.9 (capped) x 0.4.
+    plan = planner.plan(request, 45, 5.0)
+    assert plan.precision == '' and 0.6 < plan.fit_probability < 0.9
+    # 2 s fits 39 full-precision tokens (no chance) but ~97 int8 ones.
+    plan = planner.plan(request, 45, 2.0)
+    assert plan.precision == 'int8-dynamic' and plan.fit_probability > 0.5
+    assert 'int8-dynamic decoding' in plan.note and plan.est_wcet_s == pytest.approx(
+        SHORT.prefill(45) + INT8.decode(45, plan.worst_case_tokens))
+    # MODE_NONE and MODE_EVICTION goals never change precision.
+    assert planner.plan(req(Mode.NONE, max_new=128), 45, 2.0).precision == ''
+    # An int8 answer three times longer than the full model's would not fit either.
+    longer = CutEffects(precision={'int8-dynamic': CutEffect(3.0, 0.4)})
+    with pytest.raises(Rejection, match='predicted 40'):
+        TimeBillPlanner(lambda: SHORT, Calibrated(40), precisions={
+            'int8-dynamic': lambda: INT8}, effects=longer).plan(request, 45, 2.0)
+
+
+def test_a_cut_that_lengthens_answers_is_judged_on_its_longer_answers():
+    steep = TimingModel(0.0, 1e-3, 0.0, 1e-5, 0.05)
+    request = req(Mode.AUTO, max_new=128)
+    # Between the full model's and alpha 0.95's time for 40..120 answer tokens.
+    budget = steep.wcet(3000, 0.5, 120)
+    harmless = TimeBillPlanner(lambda: steep, Calibrated(40)).plan(request, 3000, budget)
+    assert harmless.eviction_ratio > 0.0 and harmless.fit_probability == 1.0
+    # Measured: evicted answers run 2x longer and keep 60 % fidelity. The evicted
+    # answer's chance to fit drops, and the full model's partial chance is worth more.
+    effects = CutEffects(eviction_ratios=(0.5, 0.95),
+                         eviction=(CutEffect(2.0, 0.6), CutEffect(2.0, 0.3)))
+    plan = TimeBillPlanner(lambda: steep, Calibrated(40), effects=effects).plan(
+        request, 3000, budget)
+    assert plan.eviction_ratio == 0.0 and 0.5 < plan.fit_probability < 0.9
+    assert plan.est_wcet_s == pytest.approx(steep.wcet(3000, 0.0, plan.worst_case_tokens))

@@ -6,7 +6,8 @@ torch = pytest.importorskip('torch')
 
 from timebill_ros.core.planning import Plan  # noqa: E402
 from timebill_ros.runtime.engine import Engine, StreamDecoder  # noqa: E402
-from timebill_ros.runtime.model import load_model, ModelLoadError, prompt_ids  # noqa: E402
+from timebill_ros.runtime.model import (  # noqa: E402
+    intra_op_threads, load_model, ModelLoadError, precision_variant, prompt_ids)
 
 
 @pytest.fixture(scope='module')
@@ -61,3 +62,44 @@ def test_int8_dynamic_quantisation_loads_and_generates():
     stats = Engine(loaded).generate(loaded.tokenizer('hello')['input_ids'], 5, Plan(),
                                     lambda event: True)
     assert stats.tokens == 5 or stats.stop == 'eos'
+
+
+def test_a_resident_int8_copy_runs_the_decode_steps_of_plans_asking_for_it(tiny):
+    variant = precision_variant(tiny, 'int8-dynamic')
+    assert variant.tokenizer is tiny.tokenizer and variant.dtype == 'int8-dynamic'
+    # Per-channel scales: one scale per output row of every quantised weight.
+    linear = next(m for m in variant.model.modules()
+                  if isinstance(m, torch.ao.nn.quantized.dynamic.Linear))
+    assert linear.weight().qscheme() == torch.per_channel_affine
+    # The float32 original is untouched (a copy was quantised).
+    assert any(type(m) is torch.nn.Linear for m in tiny.model.modules())
+    calls = {'float32': 0, 'int8': 0}
+
+    def counter(key):
+        def hook(module, args):
+            calls[key] += 1
+        return hook
+    handles = [tiny.model.register_forward_pre_hook(counter('float32')),
+               variant.model.register_forward_pre_hook(counter('int8'))]
+    engine = Engine(tiny, variants={'int8-dynamic': variant}, decode_threads=1)
+    ids = prompt_ids(tiny.tokenizer, 'Report the battery level.')
+    try:
+        stats = engine.generate(ids, 6, Plan(precision='int8-dynamic'), lambda event: True)
+    finally:
+        for handle in handles:
+            handle.remove()
+    # One float32 prefill, then every decode step on the int8 copy.
+    assert stats.tokens == 6 and calls == {'float32': 1, 'int8': 5}
+    with pytest.raises(ValueError, match='no resident fp4'):
+        engine.generate(ids, 2, Plan(precision='fp4'), lambda event: True)
+    with pytest.raises(ModelLoadError):
+        precision_variant(variant, 'int8-dynamic')  # only float32 -> int8
+
+
+def test_intra_op_threads_is_scoped():
+    before = torch.get_num_threads()
+    with intra_op_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with intra_op_threads(0):
+        assert torch.get_num_threads() == before

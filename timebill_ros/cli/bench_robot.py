@@ -115,7 +115,8 @@ class Bench:
                 'text': res.text, 'reason': res.reason, 'mode': int(plan.mode),
                 'alpha': float(plan.eviction_ratio), 'predicted': int(plan.predicted_tokens),
                 'worst': int(plan.worst_case_tokens), 'fit': float(plan.fit_probability),
-                'note': plan.note, 'exit': list(plan.exit_layers)}
+                'note': plan.note, 'exit': list(plan.exit_layers),
+                'precision': plan.precision}
 
 
 def quality(item, text: str, reference: str) -> float:
@@ -211,7 +212,7 @@ def markdown(report: dict) -> str:
         lines.append('')
     lines += ['## AUTO vs MODE_NONE, Kill (quality on the items both met in time)', '',
               '| tier | AUTO met | NONE met | AUTO quality | NONE quality | items | '
-              'AUTO mean slack s | AUTO modes (full / evict / early exit) |',
+              'AUTO mean slack s | AUTO modes (full / evict / int8 / early exit) |',
               '|---|---|---|---|---|---|---|---|']
     for tier in report['tiers']:
         a, b = report['table']['kill'][tier]['TimeBill AUTO'], \
@@ -220,7 +221,7 @@ def markdown(report: dict) -> str:
         modes = report['auto_modes'][tier]
         lines.append(f"| {tier} | {a['met_rate']:.1%} | {b['met_rate']:.1%} | {qa:.3f} | "
                      f"{qb:.3f} | {k} | {a['mean_slack_s']:.2f} | {modes['full']} / "
-                     f"{modes['evict']} / {modes['early_exit']} |")
+                     f"{modes['evict']} / {modes.get('int8', 0)} / {modes['early_exit']} |")
     v = report['replay_check']
     lines += ['', f"Replay check (MODE_NONE, Kill, real vs replayed at 0.9x and 1x): agreement "
               f"{v['agree']}/{v['runs']} ({v['agree'] / max(1, v['runs']):.0%}).", '']
@@ -352,7 +353,9 @@ def main(argv=None) -> int:
                                     for name, rs in skip.items()}
         ran = [r for r in runs['auto'][tier] if r['outcome'] != 'REJECTED']
         auto_modes[tier] = {
-            'full': sum(r.get('mode') in (1, 2) and not r.get('alpha') for r in ran),
+            'full': sum(r.get('mode') in (1, 2) and not r.get('alpha')
+                        and not r.get('precision') for r in ran),
+            'int8': sum(bool(r.get('precision')) for r in ran),
             'evict': sum(r.get('mode') == 2 and r.get('alpha', 0) > 0 for r in ran),
             'early_exit': sum(r.get('mode') == 3 for r in ran)}
     report = {'date': datetime.date.today().isoformat(), 'machine': machine(),

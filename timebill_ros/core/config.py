@@ -46,7 +46,8 @@ PARAMS = (
     Param('hardware_id', '', 'hardware_id in /diagnostics (empty: host name and device).'),
     Param('warm_up', True, 'Run a short generation at start so the first goal is not slow.'),
     Param('profile', '', 'Execution-time profile YAML (empty: the cache path for this model, '
-          'device and dtype).'),
+          "device and dtype); a resident auto_precision copy's profile sits beside it as "
+          '<stem>.<precision>.yaml.'),
     Param('calibrate_on_start', True, 'Profile the model at start when no matching profile '
           'exists; if false, EVICTION is unavailable until ~/calibrate is called.'),
     Param('calibration_quick', True, 'Use the short calibration grid at start.'),
@@ -75,6 +76,17 @@ PARAMS = (
           "AUTO with early exit missed deadlines the full model met, because early-exit "
           "answers differ from the full model's (often longer) and the layer-wise step saves "
           'less than the profile says (README, results/robot).'),
+    Param('auto_precision', 'int8-dynamic', "A lower precision MODE_AUTO may decode at when "
+          "the full model's answer is unlikely to fit: 'int8-dynamic' keeps an int8 copy of "
+          "a float32 CPU model resident (prefill stays float32); '' disables it.",
+          choices=('', 'int8-dynamic')),
+    Param('cut_effects', 'shipped', "Measured answer-length factor and fidelity of each "
+          "quality cut, which the planner weighs against P(fit): 'shipped' "
+          "(timebill_ros/data/cut_effects.json, from timebill_ros.cli.measure_cuts), '' "
+          '(cuts assumed harmless) or a path to such a JSON file.'),
+    Param('decode_threads', 1, 'Intra-op CPU threads of the decode loop (0: torch default). '
+          'On the 2-core VM int8 decode steps on the worker thread took 30 ms with 2 '
+          'OpenMP threads and 19 ms with 1; float32 steps 60 ms either way.', 0, 256),
     Param('length_predictor_max_tokens', 256, 'Longest input the length predictor reads; '
           'longer prompts keep their first 32 and last tokens (bounds its cost).', 65, 8192),
     Param('length_predictor_in_prefill', True, "For heads on the target's own hidden states: "
@@ -133,6 +145,9 @@ class NodeConfig:
     admit_probability: float = 0.05
     min_cut_saving: float = 0.05
     auto_early_exit: bool = False
+    auto_precision: str = 'int8-dynamic'
+    cut_effects: str = 'shipped'
+    decode_threads: int = 1
     length_predictor_max_tokens: int = 256
     length_predictor_in_prefill: bool = True
     early_exit_layers: str = ''

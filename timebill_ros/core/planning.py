@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import math
 from typing import Callable, Protocol
 
+from timebill_ros.core.cuts import CutEffect, CutEffects
 from timebill_ros.core.early_exit import ExitRule, LayerTimes, p99_tpot_estimate, schedulable
 from timebill_ros.core.eviction import press_skip_reason, solve_alpha
 from timebill_ros.core.request import Mode, Rejection, Request
@@ -39,6 +40,8 @@ class Plan:
     # Admission: P(answer ends within the tokens that fit); why a cut was (not) used.
     fit_probability: float = 1.0
     note: str = ''
+    # Weight precision of the decode steps ('' = the node's own dtype).
+    precision: str = ''
 
 
 class Planner(Protocol):
@@ -106,19 +109,37 @@ class EarlyExitConfig:
 
 @dataclass(frozen=True)
 class Cut:
-    """One way to run a goal: full model, KV eviction at ``alpha``, or early exit."""
+    """One way to run a goal: full model, eviction at ``alpha``, lower precision, early exit."""
 
     mode: Mode
     alpha: float = 0.0
+    precision: str = ''
 
     def describe(self, ee: EarlyExitConfig | None) -> str:
-        """Return the cut in words (for rejection reasons)."""
+        """Return the cut in words (for rejection reasons and notes)."""
         if self.mode == Mode.EARLY_EXIT:
             evict = f' and eviction ratio {self.alpha:g}' if self.alpha > 0 else ''
             return f'with early exit at layer {ee.rule.exit_layers[0]}{evict}'
-        if self.alpha > 0:
-            return f'even at eviction ratio {self.alpha:g}'
-        return 'with the full model'
+        words = [f'eviction ratio {self.alpha:.2f}'] if self.alpha > 0 else []
+        if self.precision:
+            words.append(f'{self.precision} decoding')
+        return 'with ' + ' and '.join(words) if words else 'with the full model'
+
+
+@dataclass(frozen=True)
+class Option:
+    """A cut judged for one goal: planned length, tokens that fit, P(fit), value."""
+
+    cut: Cut
+    worst: int
+    fits: int
+    probability: float
+    quality: float
+    wcet: float
+
+    def value(self, enough: float) -> float:
+        """Return the expected quality: P(fit), counted up to ``enough``, times quality."""
+        return min(self.probability, enough) * self.quality
 
 
 class TimeBillPlanner:
@@ -136,7 +157,8 @@ class TimeBillPlanner:
                  infeasible: str = 'reject', time_margin: float = 0.0,
                  early_exit: EarlyExitConfig | None = None, tpot_jitter: float = 0.15,
                  plan_quantile: float = 0.9, admit_probability: float = 0.05,
-                 min_cut_saving: float = 0.0, auto_early_exit: bool = True):
+                 min_cut_saving: float = 0.0, auto_early_exit: bool = True,
+                 precisions: dict | None = None, effects: CutEffects | None = None):
         """Configure the planner; raise ValueError on bad settings.
 
         ``time_margin`` keeps that fraction of the time left in reserve for
@@ -144,7 +166,10 @@ class TimeBillPlanner:
         ``min_cut_saving``: a quality cut (eviction, early exit) is only used when
         it saves at least this share of the full model's estimated time.
         ``auto_early_exit``: MODE_AUTO may add early exit (MODE_EARLY_EXIT goals
-        use it whatever this says).
+        use it whatever this says). ``precisions`` maps a precision MODE_AUTO may decode
+        at (e.g. 'int8-dynamic') to a callable returning its TimingModel; the prefill
+        stays on the full model. ``effects`` holds each cut's measured answer-length
+        factor and fidelity (core.cuts); without it cuts count as harmless.
         """
         if not 0.0 <= time_margin < 1.0:
             raise ValueError(f'time_margin must be in [0, 1) (got {time_margin})')
@@ -163,8 +188,13 @@ class TimeBillPlanner:
         self.early_exit, self.tpot_jitter = early_exit, tpot_jitter
         self.plan_quantile, self.admit_probability = plan_quantile, admit_probability
         self.min_cut_saving, self.auto_early_exit = min_cut_saving, auto_early_exit
+        self.precisions = dict(precisions or {})
+        self.effects = effects or CutEffects()
 
     def _wcet(self, model: TimingModel, cut: Cut, n_x: int, tokens: int) -> float:
+        if cut.precision:  # full-precision prefill, then the variant's decode steps
+            return model.prefill(n_x) + self.precisions[cut.precision]().decode(
+                (1.0 - cut.alpha) * n_x, tokens)
         if cut.mode == Mode.EARLY_EXIT:
             # Exits guarantee the earliest candidate's cost per token; plan on that.
             return model.prefill(n_x) + self.early_exit.min_step_share() * model.decode(
@@ -185,8 +215,20 @@ class TimeBillPlanner:
                 high = mid - 1
         return low
 
+    def _effect(self, cut: Cut) -> CutEffect:
+        """Return the measured effect of a cut on answer length and quality."""
+        if cut.mode == Mode.EARLY_EXIT:
+            return self.effects.early_exit
+        evict, precise = self.effects.of_eviction(cut.alpha), \
+            self.effects.of_precision(cut.precision)
+        return CutEffect(evict.length_factor * precise.length_factor,
+                         evict.quality * precise.quality)
+
     def _cuts(self, model: TimingModel, request: Request, n_x: int, worst: int) -> tuple:
-        """Return (the cuts this goal may use, cheapest first; a note on what was left out)."""
+        """Return (the cuts this goal may use, least lossy first; a note on what was left out).
+
+        An eviction cut here is a bound (alpha_max): ``_options`` solves the ratio.
+        """
         if request.mode == Mode.EARLY_EXIT:
             if self.early_exit is None:
                 raise Rejection('MODE_EARLY_EXIT is not configured on this node')
@@ -208,6 +250,14 @@ class TimeBillPlanner:
             notes.append(evict)
         else:
             cuts.append(Cut(Mode.EVICTION, self.alpha_max))  # alpha solved per budget
+        if request.mode == Mode.AUTO:
+            for precision in self.precisions:
+                cut = Cut(Mode.EVICTION, precision=precision)
+                if full - self._wcet(model, cut, n_x, worst) >= least:
+                    cuts.append(cut)
+                else:
+                    notes.append(f'{precision} skipped: it would save under '
+                                 f'{self.min_cut_saving:.0%} of the estimated {full:.3f} s')
         if request.mode == Mode.AUTO and self.early_exit is not None and self.auto_early_exit:
             ee = Cut(Mode.EARLY_EXIT, 0.0 if evict else self.alpha_max)
             if full - self._wcet(model, ee, n_x, worst) >= least:
@@ -217,20 +267,67 @@ class TimeBillPlanner:
                              f'{self.min_cut_saving:.0%} of the estimated {full:.3f} s')
         return cuts, '; '.join(notes)
 
-    def _choose(self, model: TimingModel, cuts: list, n_x: int, worst: int,
-                target: float, solve: bool) -> Cut:
-        """Return the cheapest cut that fits ``worst`` tokens, else the fastest one.
+    def _judge(self, model: TimingModel, cut: Cut, n_x: int, planned: int, cap: int,
+               target: float, predicted: int, dist, pessimistic: float) -> Option:
+        """Judge a cut: the length it plans for, the tokens that fit and P(answer fits).
 
-        With ``solve`` an eviction cut is a bound: the smallest ratio that fits is used.
+        A cut that lengthens answers (``length_factor``) plans for that many more
+        tokens, and its answer fits when the full model's would have fitted in
+        ``fits / length_factor`` tokens.
         """
+        effect = self._effect(cut)
+        worst = worst_case_tokens(max(1, math.ceil(planned * effect.length_factor)),
+                                  pessimistic, cap)
+        wcet = self._wcet(model, cut, n_x, worst)
+        if wcet <= target:
+            fits, probability = worst, 1.0
+        else:
+            fits = self._tokens_that_fit(model, cut, n_x, cap, target)
+            if fits >= cap:
+                probability = 1.0  # an answer stops at max_new_tokens
+            elif dist is not None and predicted < cap:
+                probability = dist.prob_at_most(fits / effect.length_factor, predicted)
+            else:
+                probability = 1.0 if fits >= worst else 0.0
+        return Option(cut, worst, fits, probability, effect.quality, wcet)
+
+    def _options(self, model: TimingModel, cuts: list, n_x: int, planned: int, cap: int,
+                 target: float, predicted: int, dist, pessimistic: float,
+                 solve: bool) -> list:
+        """Judge every cut; an eviction bound becomes the ratios worth trying.
+
+        With ``solve`` those are the smallest ratio that fits the planned length, the
+        measured ratios below the bound, and the bound itself.
+        """
+        options = []
         for cut in cuts:
+            alphas = [cut.alpha]
             if solve and cut.mode == Mode.EVICTION and cut.alpha > 0.0:
-                decision = solve_alpha(model, n_x, worst, target, cut.alpha)
-                if decision.feasible:
-                    return Cut(Mode.EVICTION, decision.alpha)
-            elif self._wcet(model, cut, n_x, worst) <= target:
-                return cut
-        return cuts[-1]
+                bound = cut.alpha
+                decision = solve_alpha(model, n_x, worst_case_tokens(planned, pessimistic, cap),
+                                       target, bound)
+                alphas = sorted({decision.alpha, bound, *(
+                    r for r in self.effects.eviction_ratios if r < bound)})
+            for alpha in alphas:
+                options.append(self._judge(model, Cut(cut.mode, alpha, cut.precision), n_x,
+                                           planned, cap, target, predicted, dist,
+                                           pessimistic))
+        return options
+
+    def _choose(self, options: list) -> Option:
+        """Return the option with the most expected quality among those likely enough to fit.
+
+        P(fit) counts only up to ``plan_quantile``, so among cuts that fit well enough
+        the least lossy one (listed first) wins; a lossy cut is taken over the full
+        model only when P(fit) x fidelity says its answer is worth more. When no option
+        reaches ``admit_probability`` the one fitting the largest share of its planned
+        length is returned (the caller rejects or runs it best-effort).
+        """
+        likely = [o for o in options if o.probability >= self.admit_probability]
+        if not likely:
+            return max(options, key=lambda o: (o.fits / max(1, o.worst), -o.wcet))
+        best = max(o.value(self.plan_quantile) for o in likely)
+        return next(o for o in likely if o.value(self.plan_quantile) >= best - 1e-9)
 
     def plan(self, request: Request, prompt_tokens: int, time_left_s: float,
              predicted: int | None = None, pending: bool = False) -> Plan:
@@ -255,49 +352,49 @@ class TimeBillPlanner:
         if dist is not None and predicted < cap:
             # Plan for the calibrated quantile of the lengths such a prediction turns into.
             planned = math.ceil(dist.quantile(self.plan_quantile, predicted))
-            worst = worst_case_tokens(max(1, planned), request.pessimistic_factor, cap)
         else:
-            worst = worst_case_tokens(predicted, request.pessimistic_factor, cap)
+            planned = predicted
         ee = self.early_exit
-        cuts, note = self._cuts(model, request, prompt_tokens, worst)
-        cut = self._choose(model, cuts, prompt_tokens, worst, target,
-                           solve=request.eviction_ratio == 0.0)
+        base = worst_case_tokens(max(1, planned), request.pessimistic_factor, cap)
+        cuts, note = self._cuts(model, request, prompt_tokens, base)
+        options = self._options(model, cuts, prompt_tokens, max(1, planned), cap, target,
+                                predicted, dist, request.pessimistic_factor,
+                                solve=request.eviction_ratio == 0.0)
+        chosen = self._choose(options)
+        if len(options) > 1 and chosen.cut != options[0].cut:
+            full = options[0]
+            note = '; '.join(filter(None, [note, (
+                f'{chosen.cut.describe(ee)[5:]}: P(fit) {chosen.probability:.2f} x fidelity '
+                f'{chosen.quality:.2f} beats {full.cut.describe(ee)[5:]}: P(fit) '
+                f'{full.probability:.2f} x {full.quality:.2f}')]))
+        cut, worst = chosen.cut, chosen.worst
         # The per-token deadline first: it may switch AUTO to early exit, and the
         # estimate below must be the one of the mode that runs.
         p99, utilisation = 0.0, 0.0
         if request.token_deadline_s > 0.0:
             last_kv = (1.0 - cut.alpha) * prompt_tokens + worst - 1
-            share = ee.min_step_share() if ee else 1.0
 
-            def p99_for(at: Mode) -> float:
-                step = model.step(last_kv) * (share if at == Mode.EARLY_EXIT else 1.0)
-                return p99_tpot_estimate(step, self.tpot_jitter)
-            p99 = p99_for(cut.mode)
+            def p99_for(at: Cut) -> float:
+                step_model = self.precisions[at.precision]() if at.precision else model
+                share = ee.min_step_share() if ee and at.mode == Mode.EARLY_EXIT else 1.0
+                return p99_tpot_estimate(step_model.step(last_kv) * share, self.tpot_jitter)
+            p99 = p99_for(cut)
             ok, utilisation = schedulable(p99, request.token_deadline_s)
             if not ok and request.mode == Mode.AUTO and ee is not None and self.auto_early_exit \
                     and cut.mode != Mode.EARLY_EXIT:
                 cut = Cut(Mode.EARLY_EXIT, cut.alpha)  # full depth is too slow per token
-                p99 = p99_for(cut.mode)
+                p99 = p99_for(cut)
                 ok, utilisation = schedulable(p99, request.token_deadline_s)
+                chosen = self._judge(model, cut, prompt_tokens, max(1, planned), cap, target,
+                                     predicted, dist, request.pessimistic_factor)
             if not ok:
                 raise Rejection(
                     f'not schedulable: estimated P99 time per token {p99 * 1e3:.1f} ms > '
                     f'per-token deadline {request.token_deadline_s * 1e3:.1f} ms '
                     f'(U = {utilisation:.2f}, mode {cut.mode.name}, KV up to {last_kv:.0f} '
                     'tokens)')
-        wcet = self._wcet(model, cut, prompt_tokens, worst)
+        wcet, fits, fit = chosen.wcet, chosen.fits, chosen.probability
         feasible = wcet <= target
-        fits = worst  # the planned length fits
-        if feasible:
-            fit = 1.0
-        else:
-            fits = self._tokens_that_fit(model, cut, prompt_tokens, cap, target)
-            if fits >= cap:
-                fit = 1.0  # an answer stops at max_new_tokens
-            elif dist is not None and predicted < cap:
-                fit = dist.prob_at_most(fits, predicted)
-            else:
-                fit = 1.0 if fits >= worst else 0.0
         prefill = model.prefill(prompt_tokens)
         plan = Plan(
             mode=cut.mode,
@@ -311,7 +408,8 @@ class TimeBillPlanner:
             feasible=feasible,
             exit_layers=tuple(ee.rule.exit_layers) if cut.mode == Mode.EARLY_EXIT else (),
             token_deadline_s=request.token_deadline_s, est_p99_tpot_s=p99,
-            utilisation=utilisation, fit_probability=fit, note=note)
+            utilisation=utilisation, fit_probability=fit, note=note,
+            precision=cut.precision)
         if fit < self.admit_probability and request.mode != Mode.NONE \
                 and request.eviction_ratio == 0.0 and self.infeasible == 'reject':
             raise Rejection(

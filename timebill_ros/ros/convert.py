@@ -59,7 +59,8 @@ def plan_to_msg(plan: Plan) -> InferencePlan:
         exit_layers=[int(x) for x in plan.exit_layers],
         token_deadline_s=float(plan.token_deadline_s),
         est_p99_tpot_s=float(plan.est_p99_tpot_s), utilisation=float(plan.utilisation),
-        fit_probability=float(plan.fit_probability), note=plan.note)
+        fit_probability=float(plan.fit_probability), note=plan.note,
+        precision=plan.precision)
 
 
 def result_to_msg(result: JobResult) -> Instruct.Result:

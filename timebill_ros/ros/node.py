@@ -20,6 +20,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 
 from timebill_ros.action import Instruct
 from timebill_ros.core.config import NodeConfig, PARAMS
+from timebill_ros.core.cuts import CutEffects, SHIPPED as SHIPPED_CUT_EFFECTS
 from timebill_ros.core.deadline import DeadlineClock, SkipNextTracker
 from timebill_ros.core.execution import (
     ended_before_start, JobResult, PrefillDecision, run_job)
@@ -39,7 +40,8 @@ from timebill_ros.core.planning import EarlyExitConfig
 from timebill_ros.runtime.early_exit import LayerwiseDecoder, measure_layer_times
 from timebill_ros.runtime.engine import Engine
 from timebill_ros.runtime.exit_heads import ExitHeads, SHIPPED_EXIT_HEADS
-from timebill_ros.runtime.model import cache_root, load_model, ModelLoadError, prompt_ids
+from timebill_ros.runtime.model import (
+    cache_root, load_model, ModelLoadError, precision_variant, prompt_ids)
 from timebill_ros.runtime.predictor import load_predictor, SHIPPED_HEAD
 from timebill_ros.runtime.presses import press_for_plan
 from timebill_ros.runtime.profiler import calibrate, Grid, QUICK
@@ -106,7 +108,9 @@ class TimebillNode(Node):
         self.get_logger().info(
             f'loading model {self.config.model!r} on {self.config.device} ({self.config.dtype})')
         self.loaded = loader(self.config.model, self.config.device, self.config.dtype)
-        self.engine = Engine(self.loaded, press_for_plan)
+        self.variants = self._make_variants()
+        self.engine = Engine(self.loaded, press_for_plan, variants=self.variants,
+                             decode_threads=self.config.decode_threads)
         # The rule and heads now; per-layer times come with the ETE profile (_use_profile).
         self._exit_rule, self._exit_heads = self._make_exit_rule()
         self.early_exit: EarlyExitConfig | None = None
@@ -115,7 +119,9 @@ class TimebillNode(Node):
             self.engine.warm_up(press=self.config.press)
         self._model_lock = threading.Lock()
         self.predictor = self._make_predictor(self.config.length_predictor)
+        self.effects = self._load_cut_effects(self.config.cut_effects)
         self.online: OnlineTimingModel | None = None
+        self.online_variants: dict = {}
         self.profile_path = Path(self.config.profile) if self.config.profile else default_path(
             cache_root(), self.loaded.name, self.loaded.device, self.loaded.dtype)
         self._load_or_calibrate()
@@ -240,33 +246,94 @@ class TimebillNode(Node):
         self.get_logger().info(f'length predictor {predictor.name} from {path}')
         return predictor
 
+    def _make_variants(self) -> dict:
+        """Quantise the resident copy MODE_AUTO may decode with ({} when off or unsupported)."""
+        precision = self.config.auto_precision
+        if not precision or precision == self.loaded.dtype:
+            return {}
+        try:
+            variant = precision_variant(self.loaded, precision)
+        except ModelLoadError as exc:
+            self.get_logger().warning(f'auto_precision {precision!r} unavailable: {exc}')
+            return {}
+        self.get_logger().info(f'resident {precision} copy for MODE_AUTO decoding')
+        return {precision: variant}
+
+    def _load_cut_effects(self, choice: str) -> CutEffects:
+        """Read the measured effects of each cut ('' or a mismatch: cuts count as harmless)."""
+        if not choice:
+            return CutEffects()
+        path = SHIPPED_CUT_EFFECTS if choice == 'shipped' else Path(choice)
+        try:
+            effects = CutEffects.load(path)
+        except ValueError as exc:
+            if choice != 'shipped':
+                raise
+            self.get_logger().warning(f'{exc}: cuts are assumed not to change answers')
+            return CutEffects()
+        if self.loaded.name not in effects.source:
+            # Measured on one model's answers; another model reacts differently.
+            self.get_logger().warning(f'cut effects {path} were measured on another model '
+                                      f'({effects.source!r}): cuts assumed harmless')
+            return CutEffects()
+        self.get_logger().info(f'cut effects from {path} ({effects.source})')
+        return effects
+
     def _load_or_calibrate(self) -> None:
-        """Use the matching profile, calibrate when allowed, else plan without an ETE."""
+        """Use the matching profiles, calibrate when allowed, else plan without an ETE."""
+        profile = self._profile_for(self.loaded, self.profile_path)
+        self.online_variants = {}
+        for precision, variant in self.variants.items():
+            found = self._profile_for(variant, self._variant_profile_path(precision))
+            if found is not None:
+                self.online_variants[precision] = self._online(found)
+        self._use_profile(profile)
+
+    def _variant_profile_path(self, precision: str) -> Path:
+        """Return where a resident variant's profile lives: beside ``profile`` if set."""
+        if self.config.profile:
+            main = Path(self.config.profile)
+            return main.with_name(f'{main.stem}.{precision}{main.suffix}')
+        return default_path(cache_root(), self.loaded.name, self.loaded.device, precision)
+
+    def _profile_for(self, loaded, path: Path) -> Profile | None:
+        """Return the profile at ``path`` if it matches ``loaded``, else calibrate if allowed."""
         profile = None
-        if self.profile_path.is_file():
+        if path.is_file():
             try:
-                profile = Profile.load(self.profile_path)
+                profile = Profile.load(path)
             except ValueError as exc:
                 self.get_logger().warning(str(exc))
-            if profile and not profile.matches(self.loaded.name, self.loaded.device,
-                                               self.loaded.dtype):
+            if profile and not profile.matches(loaded.name, loaded.device, loaded.dtype):
                 self.get_logger().warning(
-                    f'{self.profile_path} was measured for {profile.model}/{profile.device}/'
+                    f'{path} was measured for {profile.model}/{profile.device}/'
                     f'{profile.dtype}, not this model; ignoring it')
                 profile = None
         if profile is None and self.config.calibrate_on_start:
-            self.get_logger().info('no execution-time profile: calibrating (one-off)')
-            profile = self._calibrate(self.config.calibration_quick)
-        self._use_profile(profile)
-
-    def _calibrate(self, quick: bool) -> Profile:
-        with self._model_lock:
-            profile = calibrate(self.loaded, QUICK if quick else Grid(), progress=False)
-        profile.save(self.profile_path)
-        self.get_logger().info(
-            f'calibrated: held-out MAPE prefill {profile.heldout["prefill_mape_pct"]:.2f}%, '
-            f'decode step {profile.heldout["decode_mape_pct"]:.2f}%; saved {self.profile_path}')
+            self.get_logger().info(f'no {loaded.dtype} execution-time profile: calibrating '
+                                   '(one-off)')
+            profile = self._calibrate(self.config.calibration_quick, loaded, path)
         return profile
+
+    def _calibrate(self, quick: bool, loaded=None, path: Path | None = None) -> Profile:
+        loaded, path = loaded or self.loaded, path or self.profile_path
+        with self._model_lock:
+            profile = calibrate(loaded, QUICK if quick else Grid(), progress=False,
+                                decode_threads=self.config.decode_threads)
+        profile.save(path)
+        self.get_logger().info(
+            f'calibrated {loaded.dtype}: held-out MAPE prefill '
+            f'{profile.heldout["prefill_mape_pct"]:.2f}%, decode step '
+            f'{profile.heldout["decode_mape_pct"]:.2f}%; saved {path}')
+        return profile
+
+    def _online(self, profile: Profile) -> OnlineTimingModel:
+        """Return an online-refit ETE seeded with a profile's measurements."""
+        online = OnlineTimingModel(profile.timing_model(), self.config.ete_window,
+                                   self.config.ete_forgetting)
+        online.seed([tuple(p) for p in profile.prefill_points],
+                    [tuple(p) for p in profile.decode_points])
+        return online
 
     def _use_profile(self, profile: Profile | None) -> None:
         self.early_exit = self._early_exit_from(profile) \
@@ -280,10 +347,9 @@ class TimebillNode(Node):
             self.limits = self.config.limits()
             self.get_logger().warning('no execution-time profile: MODE_EVICTION unavailable')
             return
-        self.online = OnlineTimingModel(profile.timing_model(), self.config.ete_window,
-                                        self.config.ete_forgetting)
-        self.online.seed([tuple(p) for p in profile.prefill_points],
-                         [tuple(p) for p in profile.decode_points])
+        self.online = self._online(profile)
+        precisions = {precision: (lambda online=online: online.model)
+                      for precision, online in self.online_variants.items()}
         self.planner = TimeBillPlanner(lambda: self.online.model, self.predictor,
                                        self.config.alpha_max, self.config.press,
                                        self.config.infeasible, self.config.time_margin,
@@ -291,7 +357,8 @@ class TimebillNode(Node):
                                        self.config.plan_quantile,
                                        self.config.admit_probability,
                                        self.config.min_cut_saving,
-                                       self.config.auto_early_exit)
+                                       self.config.auto_early_exit, precisions,
+                                       self.effects)
         modes = {Mode.AUTO, Mode.NONE, Mode.EVICTION}
         self.limits = self.config.limits(
             modes | {Mode.EARLY_EXIT} if self.early_exit is not None else modes)
@@ -320,11 +387,18 @@ class TimebillNode(Node):
             # them out of its fit (and out of the ETE error); the prefill still counts.
             self.online.observe(n_x, result.prefill_s, result.kv_tokens, ())
             return 0.0, 0.0
-        estimate = model.prefill(n_x) + model.decode(result.kv_tokens, result.tokens)
+        variant = self.online_variants.get(result.plan.precision)
+        if variant is not None:
+            # Prefill ran at full precision, the decode steps on the variant.
+            estimate = model.prefill(n_x) + variant.model.decode(result.kv_tokens,
+                                                                 result.tokens)
+            self.online.observe(n_x, result.prefill_s, result.kv_tokens, ())
+            variant.observe(n_x, 0.0, result.kv_tokens, result.step_times)
+        else:
+            estimate = model.prefill(n_x) + model.decode(result.kv_tokens, result.tokens)
+            self.online.observe(n_x, result.prefill_s, result.kv_tokens, result.step_times)
         actual = result.prefill_s + result.decode_s
-        error = (estimate - actual) / actual * 100.0
-        self.online.observe(n_x, result.prefill_s, result.kv_tokens, result.step_times)
-        return estimate, error
+        return estimate, (estimate - actual) / actual * 100.0
 
     def _action_name(self) -> str:
         return self.resolve_topic_name('~/instruct')
@@ -565,6 +639,7 @@ class TimebillNode(Node):
         extra = {'queue_length': queued, 'executing': running, 'model': self.loaded.name,
                  'device': self.loaded.device, 'dtype': self.loaded.dtype,
                  'planner': type(self.planner).__name__,
+                 'auto_precision': ','.join(self.online_variants),
                  # P99 TPOT / per-token deadline of the last goal that had one.
                  'utilisation_last': self._last_utilisation,
                  'early_exit_layers': ','.join(map(str, self.early_exit.rule.exit_layers))

@@ -20,7 +20,8 @@ class NodeProcess:
         if namespace:
             args += ['-r', f'__ns:={namespace}']
         for key, value in params.items():
-            args += ['-p', f'{key}:={value}']
+            # An empty string must reach the YAML parser as '' (a bare ':=' is an error).
+            args += ['-p', f"{key}:={value if value != '' else repr('')}"]
         self.proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
         self.lines = []

@@ -9,7 +9,7 @@ from typing import Callable, Sequence
 from timebill_ros.core.execution import GenerationStats, PrefillDecision, TokenEvent
 from timebill_ros.core.planning import Plan
 from timebill_ros.core.request import Mode
-from timebill_ros.runtime.model import LoadedModel
+from timebill_ros.runtime.model import intra_op_threads, LoadedModel
 
 
 class StreamDecoder:
@@ -50,16 +50,30 @@ class Engine:
     """Run one prompt at a time on a loaded model (callers serialise access)."""
 
     def __init__(self, loaded: LoadedModel, press_for_plan: PressFactory | None = None,
-                 clock: Callable[[], float] = time.monotonic, exit_decoder=None):
+                 clock: Callable[[], float] = time.monotonic, exit_decoder=None,
+                 variants: dict | None = None, decode_threads: int = 0):
         """Wrap a loaded model; ``press_for_plan`` returns a kvpress press or None.
 
         ``exit_decoder`` (a LayerwiseDecoder) runs the decode steps of MODE_EARLY_EXIT
-        plans; without one such plans run at full depth.
+        plans; without one such plans run at full depth. ``variants`` maps a precision
+        (e.g. 'int8-dynamic') to a resident copy of the model that runs the decode steps
+        of plans asking for it. ``decode_threads`` > 0 sets the intra-op threads of the
+        decode loop (the prefill keeps the thread's default).
         """
         self.loaded = loaded
         self.press_for_plan = press_for_plan
         self.clock = clock
         self.exit_decoder = exit_decoder
+        self.variants = dict(variants or {})
+        self.decode_threads = decode_threads
+
+    def decode_model(self, plan: Plan):
+        """Return the module that runs the plan's decode steps (ValueError if absent)."""
+        if not plan.precision or plan.precision == self.loaded.dtype:
+            return self.loaded.model
+        if plan.precision not in self.variants:
+            raise ValueError(f'no resident {plan.precision} variant of the model')
+        return self.variants[plan.precision].model
 
     def warm_up(self, tokens: int = 4, press: str = '') -> None:
         """Run short generations so the first real goal pays no lazy-init cost.
@@ -71,6 +85,8 @@ class Engine:
         with self.loaded.tokenizer_lock:
             ids = self.loaded.tokenizer('warm up')['input_ids']
         self.generate(ids, tokens, Plan(), lambda event: True)
+        for precision in self.variants:
+            self.generate(ids, tokens, Plan(precision=precision), lambda event: True)
         if press and self.press_for_plan:
             # Longer than SnapKV's 64-token observation window.
             long_ids = (list(ids) * 80)[:160]
@@ -119,6 +135,7 @@ class Engine:
         from transformers import DynamicCache
 
         device = self.loaded.device
+        decode_model = self.decode_model(plan)
         stats = GenerationStats()
         decoder = StreamDecoder(self.loaded.tokenizer, self.loaded.tokenizer_lock)
         n_prompt = len(prompt_ids)
@@ -130,6 +147,18 @@ class Engine:
             next_id = int(out.logits[0, -1].argmax())
             stats.prefill_s = self.clock() - t0
             layerwise = self.exit_decoder if plan.mode == Mode.EARLY_EXIT else None
+            if decide is not None:  # the plan made in prefill may pick another precision
+                decode_model = self.decode_model(plan)
+            with intra_op_threads(self.decode_threads):
+                return self._decode(decode_model, layerwise, next_id, cache, n_prompt,
+                                    max_new_tokens, on_token, token_budget, stats, decoder)
+
+    def _decode(self, model, layerwise, next_id, cache, n_prompt, max_new_tokens, on_token,
+                token_budget, stats, decoder) -> GenerationStats:
+        """Decode greedily from the first token; fill and return ``stats``."""
+        import torch
+        device = self.loaded.device
+        with torch.inference_mode():
             stats.kv_tokens_after_prefill = cache.get_seq_length()
             step_ids = torch.empty((1, 1), dtype=torch.long, device=device)
             position = torch.empty((1, 1), dtype=torch.long, device=device)
@@ -157,8 +186,8 @@ class Engine:
                 # Explicit positions: after eviction the cache is shorter than the
                 # prompt, and RoPE must still see the token's true position.
                 position[0, 0] = n_prompt + index
-                out = self.loaded.model(input_ids=step_ids, past_key_values=cache,
-                                        position_ids=position, use_cache=True)
+                out = model(input_ids=step_ids, past_key_values=cache,
+                            position_ids=position, use_cache=True)
                 next_id = int(out.logits[0, -1].argmax())
                 stats.step_times.append(self.clock() - t)
         stats.stop = 'max_tokens'

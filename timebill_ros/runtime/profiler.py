@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 
 from timebill_ros.core.profile import Profile
 from timebill_ros.core.timing import ape, fit_decode, fit_prefill, mape, TimingModel
-from timebill_ros.runtime.model import LoadedModel
+from timebill_ros.runtime.model import intra_op_threads, LoadedModel
 
 
 @dataclass(frozen=True)
@@ -97,8 +97,13 @@ def time_decode_steps(loaded: LoadedModel, lengths: Sequence[int], steps: int,
     return result
 
 
-def calibrate(loaded: LoadedModel, grid: Grid = Grid(), progress: bool = True) -> Profile:
-    """Measure, fit, evaluate on held-out lengths and return the profile."""
+def calibrate(loaded: LoadedModel, grid: Grid = Grid(), progress: bool = True,
+              decode_threads: int = 0) -> Profile:
+    """Measure, fit, evaluate on held-out lengths and return the profile.
+
+    ``decode_threads`` > 0 times decode steps with that many intra-op threads, as the
+    engine runs them.
+    """
     import torch
     import transformers
     from tqdm import tqdm
@@ -107,8 +112,9 @@ def calibrate(loaded: LoadedModel, grid: Grid = Grid(), progress: bool = True) -
                disable=not progress)
     prefill = time_prefill_grid(loaded, lengths, grid.repeats, grid.warmup,
                                 lambda: bar.update(1))
-    decode = time_decode_steps(loaded, (*grid.decode_fit, *grid.decode_heldout),
-                               grid.decode_steps, grid.repeats)
+    with intra_op_threads(decode_threads):
+        decode = time_decode_steps(loaded, (*grid.decode_fit, *grid.decode_heldout),
+                                   grid.decode_steps, grid.repeats)
     bar.update(1)
     bar.close()
     # Weights 1/t^2 minimise relative error, the quantity MAPE and deadlines care about.
@@ -129,7 +135,8 @@ def calibrate(loaded: LoadedModel, grid: Grid = Grid(), progress: bool = True) -
     layer_times = {}
     if hasattr(loaded.model, 'model') and hasattr(loaded.model.model, 'layers'):
         from timebill_ros.runtime.early_exit import measure_layer_times
-        times = measure_layer_times(loaded, n_kv=512, steps=grid.decode_steps)
+        with intra_op_threads(decode_threads):
+            times = measure_layer_times(loaded, n_kv=512, steps=grid.decode_steps)
         layer_times = {'layers_s': [float(t) for t in times.layers],
                        'head_s': float(times.head_s), 'n_kv': 512}
     return Profile(
@@ -149,5 +156,5 @@ def calibrate(loaded: LoadedModel, grid: Grid = Grid(), progress: bool = True) -
                    'decode_max_fit_ape_pct': residual(fit_dec)},
         versions={'torch': str(torch.__version__), 'transformers': transformers.__version__,
                   'python': platform.python_version(),
-                  'threads': torch.get_num_threads()},
+                  'threads': torch.get_num_threads(), 'decode_threads': decode_threads},
         date=time.strftime('%Y-%m-%dT%H:%M:%S%z'), host=platform.node(), layer_times=layer_times)

@@ -1,0 +1,57 @@
+"""MODE_AUTO decodes on the resident int8 copy when only it fits (tiny model, real DDS).
+
+The two execution-time profiles are written by the test (they are the node's input:
+the ETE coefficients), so which cut fits a budget is known; the model, the int8 copy,
+the planner and the action round trip are the real ones.
+"""
+
+import pytest
+
+from timebill_ros.action import Instruct
+from timebill_ros.core.profile import Profile
+from timebill_ros.ros.client import InstructClient, make_goal
+from conftest import NodeProcess
+
+G, R = Instruct.Goal, Instruct.Result
+
+
+def profile(dtype: str, step_s: float) -> Profile:
+    """Return a profile with a 10 ms prefill and ``step_s`` decode steps."""
+    return Profile(model='tiny-random', device='cpu', dtype=dtype,
+                   coefficients={'a': 0.0, 'b': 0.0, 'c': 0.01, 'p': 0.0, 'q': step_s},
+                   prefill_points=[[n, 0.01] for n in (16, 64, 256)],
+                   decode_points=[[n, step_s] for n in (16, 64, 256)])
+
+
+@pytest.fixture(scope='module')
+def client(rclpy_context, tmp_path_factory):
+    folder = tmp_path_factory.mktemp('profiles')
+    profile('float32', 0.2).save(folder / 'tiny.yaml')  # 8 tokens: 1.6 s
+    profile('int8-dynamic', 0.02).save(folder / 'tiny.int8-dynamic.yaml')  # 0.16 s
+    proc = NodeProcess({'model': 'tiny-random', 'profile': str(folder / 'tiny.yaml'),
+                        'calibrate_on_start': False, 'length_predictor': 'max-new-tokens',
+                        'cut_effects': '', 'max_new_tokens': 8})
+    c = InstructClient(node_name='test_precision_client')
+    c.wait_for_server(30)
+    yield c, proc
+    c.close()
+    proc.stop()
+
+
+def test_auto_switches_to_int8_decoding_only_when_the_full_model_cannot_fit(client):
+    c, proc = client
+    assert any('resident int8-dynamic copy' in line for line in proc.lines)
+    # First (served goals refit the ETE to the tiny model's real, much faster steps):
+    # 0.8 s fits 3 float32 tokens of the 8 planned, all 8 at int8.
+    tight = c.ask(make_goal('Report the battery level.', 0.8, mode=G.MODE_AUTO))
+    assert tight.accepted, tight.reject_reason
+    plan = tight.result.plan
+    assert plan.precision == 'int8-dynamic' and plan.feasible
+    assert 'int8-dynamic decoding' in plan.note
+    assert tight.result.outcome in (R.COMPLETED, R.KILLED) and tight.result.tokens > 0
+    # 5 s fits 8 float32 tokens: full precision.
+    roomy = c.ask(make_goal('Report the battery level.', 5.0, mode=G.MODE_AUTO))
+    assert roomy.accepted and roomy.result.plan.precision == ''
+    # A caller who pins MODE_NONE gets the full model (and no plan-level rejection).
+    pinned = c.ask(make_goal('Report the battery level.', 0.8, mode=G.MODE_NONE))
+    assert pinned.accepted and pinned.result.plan.precision == ''

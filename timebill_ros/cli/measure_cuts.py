@@ -1,0 +1,149 @@
+"""Measure what each quality cut does to the target model's answers on the train split.
+
+``python -m timebill_ros.cli.measure_cuts`` answers every train item of the robot
+workload greedily with the full model, with the decode steps at int8, and under
+KV eviction at a few ratios (on prompts long enough for eviction to matter), and
+writes per cut the answer-length factor (sum of cut lengths / sum of full lengths)
+and the fidelity (mean ROUGE-L of the cut's answer against the full model's) to
+the shipped table the planner reads (timebill_ros/data/cut_effects.json), plus a
+report (results/cut_effects.{md,json}). The test split is never read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+import platform
+import sys
+import time
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ROOT / 'timebill_ros' / 'data' / 'cut_effects.json'  # = core.cuts.SHIPPED
+INT8 = 'int8-dynamic'
+
+
+def answer(engine, ids, plan, max_new_tokens: int) -> tuple:
+    """Return (text, tokens) of one greedy answer under ``plan``."""
+    parts = []
+
+    def keep(event) -> bool:
+        parts.append(event.text_delta)
+        return True
+    stats = engine.generate(ids, max_new_tokens, plan, keep)
+    return ''.join(parts), stats.tokens
+
+
+def main(argv=None) -> int:
+    """Run the measurement and write the table and the report."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--model', default='embedded')
+    parser.add_argument('--press', default='snapkv')
+    parser.add_argument('--alphas', type=float, nargs='+', default=[0.3, 0.6, 0.9])
+    parser.add_argument('--max-new-tokens', type=int, default=128)
+    parser.add_argument('--min-evict-prompt', type=int, default=256,
+                        help='measure eviction only on prompts this long: on shorter ones it '
+                        'saves under min_cut_saving and the planner never uses it')
+    parser.add_argument('--limit', type=int, default=0, help='first N train items (0: all)')
+    parser.add_argument('--every', type=int, default=1,
+                        help='use every N-th train item (a spread over all kinds)')
+    parser.add_argument('--out', default=str(SHIPPED))
+    parser.add_argument('--report', default=str(ROOT / 'results' / 'cut_effects'))
+    args = parser.parse_args(argv)
+
+    from timebill_ros.core.cuts import CutEffect, CutEffects, length_factor
+    from timebill_ros.core.eviction import press_skip_reason
+    from timebill_ros.core.planning import Plan
+    from timebill_ros.core.request import Mode
+    from timebill_ros.evaluation import robot_workload
+    from timebill_ros.evaluation.metrics import rouge_l
+    from timebill_ros.runtime.engine import Engine
+    from timebill_ros.runtime.model import load_model, precision_variant, prompt_ids
+    from timebill_ros.runtime.presses import press_for_plan
+
+    started = time.monotonic()
+    loaded = load_model(args.model)
+    engine = Engine(loaded, press_for_plan, variants={INT8: precision_variant(loaded, INT8)},
+                    decode_threads=1)
+    items = robot_workload.load('train')[::max(1, args.every)]
+    if args.limit:
+        items = items[:args.limit]
+    cuts = {INT8: Plan(precision=INT8)}
+    for alpha in args.alphas:
+        cuts[f'evict {alpha:g}'] = Plan(mode=Mode.EVICTION, eviction_ratio=alpha,
+                                        press=args.press)
+    rows = []
+    for number, item in enumerate(items, 1):
+        ids = prompt_ids(loaded.tokenizer, item.instruction, item.context)
+        text, tokens = answer(engine, ids, Plan(), args.max_new_tokens)
+        row = {'id': item.id, 'kind': item.kind, 'prompt_tokens': len(ids),
+               'full': {'tokens': tokens, 'score': robot_workload.score(item, text)}}
+        for name, plan in cuts.items():
+            if plan.eviction_ratio and (len(ids) < args.min_evict_prompt or press_skip_reason(
+                    args.press, len(ids), plan.eviction_ratio)):
+                continue
+            cut_text, cut_tokens = answer(engine, ids, plan, args.max_new_tokens)
+            row[name] = {'tokens': cut_tokens, 'fidelity': rouge_l(cut_text, text) if text
+                         else float(not cut_text),
+                         'score': robot_workload.score(item, cut_text)}
+        rows.append(row)
+        print(f'[{number}/{len(items)}] {item.id} full {tokens} tokens; ' + ', '.join(
+            f"{k} {v['tokens']}" for k, v in row.items() if isinstance(v, dict)
+            and k != 'full'), flush=True)
+
+    summary = {}
+    for name in cuts:
+        ran = [r for r in rows if name in r]
+        if not ran:
+            continue
+        scored = [r for r in ran if r['full']['score'] is not None]
+        summary[name] = {
+            'items': len(ran),
+            'length_factor': length_factor([r['full']['tokens'] for r in ran],
+                                           [r[name]['tokens'] for r in ran]),
+            'quality': float(np.mean([r[name]['fidelity'] for r in ran])),
+            'task_score_cut': float(np.mean([r[name]['score'] for r in scored]))
+            if scored else None,
+            'task_score_full': float(np.mean([r['full']['score'] for r in scored]))
+            if scored else None}
+    evictions = [(a, summary[f'evict {a:g}']) for a in sorted(args.alphas)
+                 if f'evict {a:g}' in summary]
+    source = (f'measure_cuts on {len(rows)} robot train items, model {loaded.name}, '
+              f'press {args.press}, {time.strftime("%Y-%m-%d")}')
+    effects = CutEffects(
+        eviction_ratios=tuple(a for a, _ in evictions),
+        eviction=tuple(CutEffect(s['length_factor'], min(1.0, s['quality']))
+                       for _, s in evictions),
+        precision={INT8: CutEffect(summary[INT8]['length_factor'],
+                                   min(1.0, summary[INT8]['quality']))},
+        source=source)
+    effects.save(Path(args.out))
+    minutes = (time.monotonic() - started) / 60.0
+    report = Path(args.report)
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.with_suffix('.json').write_text(json.dumps(
+        {'summary': summary, 'rows': rows, 'minutes': minutes, 'argv': sys.argv[1:]},
+        indent=1) + '\n', encoding='utf-8')
+    lines = [f'# Effect of each quality cut on the answers ({time.strftime("%Y-%m-%d")})', '',
+             f'`python -m timebill_ros.cli.measure_cuts {" ".join(sys.argv[1:])}` on '
+             f'{platform.node()} {platform.machine()}, {minutes:.1f} min; {source}.', '',
+             'Length factor: sum of answer tokens under the cut / under the full model (items '
+             'where the cut can run). Fidelity: mean ROUGE-L against the full model\'s answer. '
+             'Task score: exact/number/JSON/choice match on items with a reference.', '',
+             '| cut | items | length factor | fidelity | task score cut | task score full |',
+             '|---|---|---|---|---|---|']
+    for name, s in summary.items():
+        def pct(value):
+            return '-' if value is None else f'{value:.2f}'
+        lines.append(f"| {name} | {s['items']} | {s['length_factor']:.2f} | "
+                     f"{s['quality']:.2f} | {pct(s['task_score_cut'])} | "
+                     f"{pct(s['task_score_full'])} |")
+    report.with_suffix('.md').write_text('\n'.join(lines) + '\n', encoding='utf-8')
+    print('\n'.join(lines))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

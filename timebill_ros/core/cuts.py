@@ -1,0 +1,124 @@
+"""What a quality cut does to the answer: its length and its fidelity to the full model.
+
+Eviction, lower precision and early exit change the tokens a small model emits, not
+only their cost: on the 135M model an evicted or int8 answer can run several times
+longer than the full model's. The planner weighs each cut by the chance that its
+(longer) answer fits and by how close its answers stay to the full model's, both
+measured on the workload's train split (``timebill_measure_cuts``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import json
+from pathlib import Path
+
+import numpy as np
+
+FORMAT = 1
+# The table measured for the embedded model (timebill_ros.cli.measure_cuts).
+SHIPPED = Path(__file__).resolve().parents[1] / 'data' / 'cut_effects.json'
+
+
+@dataclass(frozen=True)
+class CutEffect:
+    """Answer length under a cut relative to the full model's, and answer fidelity."""
+
+    length_factor: float = 1.0
+    quality: float = 1.0
+
+    def __post_init__(self):
+        """Check the values are usable (a factor > 0, a quality in [0, 1])."""
+        if not self.length_factor > 0.0:
+            raise ValueError(f'length_factor must be > 0 (got {self.length_factor})')
+        if not 0.0 <= self.quality <= 1.0:
+            raise ValueError(f'quality must be in [0, 1] (got {self.quality})')
+
+
+FULL = CutEffect()
+
+
+@dataclass(frozen=True)
+class CutEffects:
+    """Measured effects per cut: eviction by ratio, precision by dtype, early exit.
+
+    Eviction effects are interpolated linearly between the measured ratios
+    (ratio 0 is the full model); a cut that was never measured counts as harmless
+    (factor 1, quality 1), which is the planner's behaviour without this table.
+    """
+
+    eviction_ratios: tuple = ()
+    eviction: tuple = ()
+    precision: dict = field(default_factory=dict)
+    early_exit: CutEffect = FULL
+    source: str = ''
+
+    def __post_init__(self):
+        """Check the eviction table is sorted and matches its ratios."""
+        if len(self.eviction_ratios) != len(self.eviction):
+            raise ValueError('one eviction effect per ratio')
+        if list(self.eviction_ratios) != sorted(self.eviction_ratios):
+            raise ValueError('eviction ratios must be increasing')
+
+    def of_eviction(self, alpha: float) -> CutEffect:
+        """Return the effect of evicting ``alpha`` of the prompt's KV pairs."""
+        if alpha <= 0.0 or not self.eviction_ratios:
+            return FULL
+        xs = [0.0, *self.eviction_ratios]
+        return CutEffect(
+            float(np.interp(alpha, xs, [1.0, *(e.length_factor for e in self.eviction)])),
+            float(np.interp(alpha, xs, [1.0, *(e.quality for e in self.eviction)])))
+
+    def of_precision(self, dtype: str) -> CutEffect:
+        """Return the effect of decoding at ``dtype`` ('' is the full model)."""
+        return self.precision.get(dtype, FULL) if dtype else FULL
+
+    def to_dict(self) -> dict:
+        """Return a JSON-ready dict."""
+        def one(effect):
+            return {'length_factor': effect.length_factor, 'quality': effect.quality}
+        return {'format': FORMAT, 'source': self.source,
+                'eviction': [dict(ratio=r, **one(e))
+                             for r, e in zip(self.eviction_ratios, self.eviction)],
+                'precision': {k: one(v) for k, v in self.precision.items()},
+                'early_exit': one(self.early_exit)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> 'CutEffects':
+        """Build from ``to_dict``'s output; ValueError on anything else."""
+        if not isinstance(data, dict) or data.get('format') != FORMAT:
+            raise ValueError(f'not a cut-effects table of format {FORMAT}')
+        try:
+            rows = sorted(data.get('eviction', []), key=lambda row: row['ratio'])
+            return cls(
+                eviction_ratios=tuple(float(r['ratio']) for r in rows),
+                eviction=tuple(CutEffect(float(r['length_factor']), float(r['quality']))
+                               for r in rows),
+                precision={k: CutEffect(float(v['length_factor']), float(v['quality']))
+                           for k, v in data.get('precision', {}).items()},
+                early_exit=CutEffect(**data.get('early_exit', {})),
+                source=str(data.get('source', '')))
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f'malformed cut-effects table: {exc!r}') from exc
+
+    def save(self, path: Path) -> None:
+        """Write the table as JSON."""
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + '\n', encoding='utf-8')
+
+    @classmethod
+    def load(cls, path: Path) -> 'CutEffects':
+        """Read a table written by ``save``; ValueError if unreadable."""
+        try:
+            data = json.loads(Path(path).read_text(encoding='utf-8'))
+        except (OSError, ValueError) as exc:
+            raise ValueError(f'cannot read cut effects {path}: {exc}') from exc
+        return cls.from_dict(data)
+
+
+def length_factor(full_lengths, cut_lengths) -> float:
+    """Return sum(cut lengths) / sum(full lengths) over the same items (>= 1 token each)."""
+    full = np.maximum(np.asarray(full_lengths, dtype=float), 1.0)
+    cut = np.maximum(np.asarray(cut_lengths, dtype=float), 1.0)
+    if full.shape != cut.shape or full.size == 0:
+        raise ValueError('need equally many full and cut lengths (at least one)')
+    return float(cut.sum() / full.sum())
