@@ -9,6 +9,8 @@
 #   make bench   TimeBill evaluation (timebill_bench; BENCH_ARGS=--quick for a short run)
 #   make bench-overhead   node overhead vs a bare decode loop
 #   make bench-robot      robot workload through the node (results/robot)
+#   make bench-longcontext  long-context table: completion, score, fidelity (results/longcontext)
+#   make measure-cuts     answer length + fidelity per quality cut (timebill_ros/data/cut_effects.json)
 #   make clean   remove build/ install/ log/ (keeps .venv)
 
 SHELL := /bin/bash
@@ -30,7 +32,8 @@ existing = $(patsubst $(ROOT)/%,%,$(wildcard $(addprefix $(ROOT)/,$(1))))
 LINT_PATHS = $(call existing,timebill_ros test scripts/timebill_node scripts/ete_in_node.py launch setup.py)
 DOC_PATHS = $(call existing,timebill_ros test scripts/ete_in_node.py)
 
-.PHONY: venv build test lint node demo bench bench-overhead bench-robot clean
+.PHONY: venv build test lint node demo bench bench-overhead bench-robot \
+        bench-longcontext measure-cuts clean
 
 venv: $(STAMP)
 
@@ -76,6 +79,12 @@ bench-overhead: build
 
 bench-robot: build
 	$(ENV) && exec python -m timebill_ros.cli.bench_robot $(BENCH_ARGS)
+
+bench-longcontext: build
+	$(ENV) && exec python -m timebill_ros.cli.bench_longcontext $(BENCH_ARGS)
+
+measure-cuts: build
+	$(ENV) && exec python -m timebill_ros.cli.measure_cuts --every 2 $(BENCH_ARGS)
 
 clean:
 	rm -rf "$(ROOT)/build" "$(ROOT)/install" "$(ROOT)/log" "$(ROOT)/.pytest_cache"
