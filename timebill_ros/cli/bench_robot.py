@@ -196,6 +196,11 @@ def markdown(report: dict) -> str:
              f"`{report['command']}` on {report['machine']}; {report['items']} held-out items "
              f"({report['split']} split), {report['minutes']:.1f} min. Budgets: tiers of each "
              "item's full-model time T (measured in step 1) and absolute budgets.", '']
+    if report.get('reused'):
+        lines += [f"Reused from `{report['reused']}`: the references, alpha 0.5, MODE_NONE's "
+                  'real runs' + ('' if report.get('rerun_int8') else ' and int8-dynamic')
+                  + '; AUTO ran again' + (' and int8-dynamic ran again'
+                                          if report.get('rerun_int8') else '') + '.', '']
     for policy in ('kill', 'skip_next'):
         lines += [f'## {policy}: deadline met / false rejections / FAILED / quality '
                   '(in-time answers)', '',
@@ -267,6 +272,9 @@ def main(argv=None) -> int:
                              'planner change), at --tiers')
     parser.add_argument('--tiers', nargs='+', default=list(TIERS), choices=TIERS,
                         help='with --reuse: the tiers AUTO runs at')
+    parser.add_argument('--rerun-int8', action='store_true',
+                        help='with --reuse: run the int8-dynamic node again (after a change '
+                             'to the quantisation or the decode loop)')
     args = parser.parse_args(argv)
     from timebill_ros.action import Instruct
     from timebill_ros.ros.client import ensure_init
@@ -317,11 +325,13 @@ def main(argv=None) -> int:
             redo = {r['item']: bench.run('fp32', by_id[r['item']], r['budget_s'], G.MODE_AUTO,
                                          policy=SKIP) for r in again}
             runs['auto_skip'][tier] = [redo.get(r['item'], r) for r in runs['auto'][tier]]
+            # Keep what ran so far: a crash late in a long run loses nothing measured.
+            (out / 'partial.json').write_text(json.dumps(runs) + '\n', encoding='utf-8')
         for tier in () if args.reuse else ('0.9x', '1x'):
             log(f'4. MODE_NONE for real, Kill, tier {tier}')
             runs['none_real'][tier] = [bench.run('fp32', item, tier_budget(tier, full[item.id]),
                                                  G.MODE_NONE, policy=KILL) for item in items]
-        if not args.reuse:
+        if not args.reuse or args.rerun_int8:
             bench.start('int8', {'dtype': 'int8-dynamic'})
             log('5. int8-dynamic MODE_NONE, loose budget')
             runs['int8'] = [bench.run('int8', item, LOOSE_S, G.MODE_NONE) for item in items]
@@ -363,7 +373,7 @@ def main(argv=None) -> int:
                          + ' '.join(argv if argv is not None else sys.argv[1:]),
               'split': args.split, 'items': len(items),
               'minutes': (time.monotonic() - started) / 60, 'tiers': list(tiers),
-              'reused': args.reuse,
+              'reused': args.reuse, 'rerun_int8': args.rerun_int8,
               'shipped_params': shipped_params(), 'table': table, 'auto_modes': auto_modes,
               'replay_check': {'runs': checked, 'agree': agree},
               'full_time_s': {'median': statistics.median(full.values()),
