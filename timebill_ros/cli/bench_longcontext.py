@@ -32,6 +32,7 @@ import statistics
 import sys
 import time
 
+from timebill_ros.cli import bench_robot as robot
 from timebill_ros.cli.bench_eviction import machine
 from timebill_ros.cli.bench_timebill import budgets_from, kill_rows, skip_rows
 from timebill_ros.evaluation import metrics, plots, policies, tasks
@@ -39,7 +40,6 @@ from timebill_ros.evaluation import metrics, plots, policies, tasks
 ROOT = Path(__file__).resolve().parents[2]
 ALPHAS = (0.25, 0.5, 0.75, 0.95)
 LOOSE_BUDGET_S = 300.0
-NAMESPACES = {'fp32': '/long_fp32', 'int8': '/long_int8'}
 AUTO = 'TimeBill AUTO'
 
 
@@ -53,38 +53,20 @@ def score_both(item: tasks.TaskItem, text: str, reference_text: str | None) -> t
     return task, metrics.rouge_l(text, reference_text)
 
 
-class Bench:
-    """Own the nodes and clients; send goals and keep plain records (texts in memory only)."""
+class Bench(robot.Bench):
+    """The robot benchmark's nodes and clients; records carry both scores (texts in memory)."""
 
     def __init__(self, model: str, log):
         """Start nothing yet."""
-        self.model, self.log = model, log
-        self.nodes, self.clients, self.full_text = {}, {}, {}
+        super().__init__(log)
+        self.model, self.full_text = model, {}
 
-    def start(self) -> None:
+    def start_nodes(self) -> None:
         """Start the float32 node (shipped config) and the int8 node."""
-        from timebill_ros.cli.bench_robot import shipped_params
-        from timebill_ros.ros.client import InstructClient
-        from timebill_ros.ros.process import NodeProcess
-        for name, extra in (('fp32', {}), ('int8', {'dtype': 'int8-dynamic',
-                                                    'length_predictor': 'max-new-tokens'})):
-            self.log(f'starting node {name} ...')
-            params = {**shipped_params(), 'model': self.model, 'max_new_tokens_limit': 1024,
-                      **extra}
-            self.nodes[name] = NodeProcess(params, ready_timeout=900,
-                                           namespace=NAMESPACES[name])
-            client = InstructClient(f'{NAMESPACES[name]}/timebill/instruct',
-                                    f'long_bench_{name}',
-                                    f'{NAMESPACES[name]}/timebill/responses')
-            client.wait_for_server(60)
-            self.clients[name] = client
-
-    def stop(self) -> None:
-        """Close clients and stop nodes."""
-        for client in self.clients.values():
-            client.close()
-        for node in self.nodes.values():
-            node.stop()
+        common = {'model': self.model, 'max_new_tokens_limit': 1024}
+        self.start('fp32', common)
+        self.start('int8', {**common, 'dtype': 'int8-dynamic',
+                            'length_predictor': 'max-new-tokens'})
 
     def run(self, node: str, item: tasks.TaskItem, strategy: str, budget_s: float,
             **goal) -> dict:
@@ -264,7 +246,7 @@ def main(argv=None) -> int:
     rclpy.init()
     bench = Bench(args.model, log)
     try:
-        bench.start()
+        bench.start_nodes()
         for item in items:  # interleaved per item, so drift hits every strategy alike
             loose['Vanilla'].append(bench.run('fp32', item, 'Vanilla', LOOSE_BUDGET_S,
                                               mode=G.MODE_NONE))
