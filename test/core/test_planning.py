@@ -261,3 +261,16 @@ def test_a_cut_that_lengthens_answers_is_judged_on_its_longer_answers():
         request, 3000, budget)
     assert plan.eviction_ratio == 0.0 and 0.5 < plan.fit_probability < 0.9
     assert plan.est_wcet_s == pytest.approx(steep.wcet(3000, 0.0, plan.worst_case_tokens))
+
+
+def test_a_prediction_at_the_cap_uses_the_calibrated_distribution():
+    # Calibrated on lengths up to 120; a goal capped at 120 predicted at its cap is judged
+    # on the top band (true 40..120), not as certain to run to the cap.
+    planner = TimeBillPlanner(lambda: SHORT, Calibrated(120))
+    plan = planner.plan(req(Mode.AUTO, max_new=120), 45, 5.0)  # ~99 tokens fit
+    assert 0.6 < plan.fit_probability < 0.9
+    # Predicted at the cap of a goal allowing more than calibration saw (200 > 120):
+    # the old rule, the answer runs to the cap, so 100 tokens have no chance.
+    with pytest.raises(Rejection, match='P\\(answer <= 100 tokens\\) = 0.0%'):
+        TimeBillPlanner(lambda: SHORT, Calibrated(200)).plan(req(Mode.AUTO, max_new=200),
+                                                             45, 5.0)

@@ -165,6 +165,11 @@ class LengthDistribution:
                      for s, e in groups)
         return cls(edges, tuple(levels), rows, tuple(e - s for s, e in groups))
 
+    @property
+    def max_length(self) -> float:
+        """Return the longest true length seen in calibration (the labels' cap)."""
+        return max(row[-1] for row in self.quantiles)
+
     def _row(self, predicted: float) -> tuple:
         for edge, row in zip(self.edges, self.quantiles):
             if predicted <= edge:

@@ -285,7 +285,7 @@ class TimeBillPlanner:
             fits = self._tokens_that_fit(model, cut, n_x, cap, target)
             if fits >= cap:
                 probability = 1.0  # an answer stops at max_new_tokens
-            elif dist is not None and predicted < cap:
+            elif dist is not None:
                 probability = dist.prob_at_most(fits / effect.length_factor, predicted)
             else:
                 probability = 1.0 if fits >= worst else 0.0
@@ -349,7 +349,11 @@ class TimeBillPlanner:
                 predicted = int(self.predictor.predict(request, prompt_tokens))
             dist = getattr(self.predictor, 'distribution', None)
         cap = request.max_new_tokens
-        if dist is not None and predicted < cap:
+        if dist is not None and predicted >= cap and cap > dist.max_length:
+            # A prediction at the cap of a goal allowing more tokens than calibration saw:
+            # the distribution cannot say how far beyond its labels the answer runs.
+            dist = None
+        if dist is not None:
             # Plan for the calibrated quantile of the lengths such a prediction turns into.
             planned = math.ceil(dist.quantile(self.plan_quantile, predicted))
         else:
@@ -361,7 +365,11 @@ class TimeBillPlanner:
                                 predicted, dist, request.pessimistic_factor,
                                 solve=request.eviction_ratio == 0.0)
         chosen = self._choose(options)
-        if len(options) > 1 and chosen.cut != options[0].cut:
+        if chosen.probability < self.admit_probability:
+            note = '; '.join(filter(None, [note, (
+                f'no cut is likely to fit; {chosen.cut.describe(ee)[5:]} fits the largest '
+                f'share ({chosen.fits} of {chosen.worst} tokens)')]))
+        elif len(options) > 1 and chosen.cut != options[0].cut:
             full = options[0]
             note = '; '.join(filter(None, [note, (
                 f'{chosen.cut.describe(ee)[5:]}: P(fit) {chosen.probability:.2f} x fidelity '
