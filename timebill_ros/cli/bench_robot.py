@@ -79,7 +79,6 @@ class Bench:
         from timebill_ros.ros.process import NodeProcess
         self.log(f'starting node {name} ...')
         params = {**shipped_params(), **extra}
-        params = {k: v for k, v in params.items() if v != ''}  # '' cannot pass as -p
         self.nodes[name] = NodeProcess(params, ready_timeout=900, namespace=NAMESPACES[name])
         client = InstructClient(f'{NAMESPACES[name]}/timebill/instruct', f'robot_bench_{name}',
                                 f'{NAMESPACES[name]}/timebill/responses')
