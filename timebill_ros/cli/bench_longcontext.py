@@ -74,9 +74,7 @@ class Bench(robot.Bench):
             **goal) -> dict:
         """Send one goal, wait for its end, return a plain record with both scores."""
         from timebill_ros.action import Instruct
-        from timebill_ros.ros.client import make_goal
-        names = {v: k for k, v in vars(Instruct.Result).items()
-                 if k.isupper() and isinstance(v, int)}
+        from timebill_ros.ros.client import make_goal, outcome_name
         run = self.clients[node].ask(
             make_goal(item.instruction, budget_s, item.context,
                       max_new_tokens=item.max_new_tokens, **goal), budget_s + 180.0)
@@ -92,7 +90,7 @@ class Bench(robot.Bench):
             task, fidelity = score_both(item, res.text, None)
         else:
             task, fidelity = score_both(item, res.text, self.full_text.get(item.item_id, ''))
-        record.update(outcome=names.get(res.outcome, '?'),
+        record.update(outcome=outcome_name(res.outcome),
                       met=bool(res.outcome == Instruct.Result.COMPLETED and res.deadline_met),
                       claimed=bool(res.deadline_met), e2e_s=res.e2e_s, tokens=res.tokens,
                       score=task, fidelity=fidelity, alpha=float(plan.eviction_ratio),

@@ -96,9 +96,7 @@ class Bench:
             eviction_ratio: float = 0.0) -> dict:
         """Send one goal, wait for its end, return a plain record."""
         from timebill_ros.action import Instruct
-        from timebill_ros.ros.client import make_goal
-        names = {v: k for k, v in vars(Instruct.Result).items()
-                 if k.isupper() and isinstance(v, int)}
+        from timebill_ros.ros.client import make_goal, outcome_name
         run = self.clients[node].ask(
             make_goal(item.instruction, budget_s, item.context, policy=policy, mode=mode,
                       eviction_ratio=eviction_ratio), budget_s + 180.0)
@@ -107,7 +105,7 @@ class Bench:
                     'at': 'goal', 'met': False, 'e2e_s': 0.0, 'tokens': 0, 'text': '',
                     'reason': run.reject_reason}
         res, plan = run.result, run.result.plan
-        return {'item': item.id, 'budget_s': budget_s, 'outcome': names.get(res.outcome, '?'),
+        return {'item': item.id, 'budget_s': budget_s, 'outcome': outcome_name(res.outcome),
                 'at': 'prefill' if res.outcome == Instruct.Result.REJECTED else '',
                 'met': bool(res.outcome == Instruct.Result.COMPLETED and res.deadline_met),
                 'claimed': bool(res.deadline_met), 'e2e_s': res.e2e_s, 'tokens': res.tokens,

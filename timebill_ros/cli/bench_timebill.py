@@ -128,9 +128,7 @@ class Bench:
             **goal) -> Measured:
         """Send one goal, wait for its end and score it."""
         from timebill_ros.action import Instruct
-        from timebill_ros.ros.client import make_goal
-        outcome_names = {v: k for k, v in vars(Instruct.Result).items()
-                         if k.isupper() and isinstance(v, int)}
+        from timebill_ros.ros.client import make_goal, outcome_name
         run = self.clients[node].ask(
             make_goal(item.instruction, budget_s, item.context,
                       max_new_tokens=item.max_new_tokens, **goal), budget_s + 180.0)
@@ -142,7 +140,7 @@ class Bench:
         quality = metrics.score(item.metric, res.text, item.references)
         telemetry = self._telemetry_for(run.goal_id)
         return Measured(
-            item.item_id, strategy, budget_s, True, outcome_names.get(res.outcome, '?'), met,
+            item.item_id, strategy, budget_s, True, outcome_name(res.outcome), met,
             res.e2e_s, res.tokens, quality, plan.eviction_ratio, plan.predicted_tokens,
             plan.worst_case_tokens, plan.est_wcet_s,
             telemetry.est_compute_s if telemetry else float('nan'),

@@ -240,31 +240,32 @@ class TimeBillPlanner:
             return ([Cut(Mode.EVICTION)], skip) if skip else \
                 ([Cut(Mode.EVICTION, request.eviction_ratio)], '')
         full = model.wcet(n_x, 0.0, worst)
-        least = self.min_cut_saving * full
+
+        def too_small(cut: Cut, name: str) -> str:
+            """Return why ``cut`` is left out when it saves under min_cut_saving, else ''."""
+            if full - self._wcet(model, cut, n_x, worst) >= self.min_cut_saving * full:
+                return ''
+            return (f'{name} skipped: it would save under {self.min_cut_saving:.0%} of the '
+                    f'estimated {full:.3f} s')
         cuts, notes = [Cut(Mode.EVICTION)], []
-        evict = press_skip_reason(self.press, n_x, self.alpha_max)
-        if not evict and full - model.wcet(n_x, self.alpha_max, worst) < least:
-            evict = (f'eviction skipped: it would save under {self.min_cut_saving:.0%} of '
-                     f'the estimated {full:.3f} s')
+        evict = press_skip_reason(self.press, n_x, self.alpha_max) or too_small(
+            Cut(Mode.EVICTION, self.alpha_max), 'eviction')
         if evict:
             notes.append(evict)
         else:
             cuts.append(Cut(Mode.EVICTION, self.alpha_max))  # alpha solved per budget
+        candidates = []
         if request.mode == Mode.AUTO:
-            for precision in self.precisions:
-                cut = Cut(Mode.EVICTION, precision=precision)
-                if full - self._wcet(model, cut, n_x, worst) >= least:
-                    cuts.append(cut)
-                else:
-                    notes.append(f'{precision} skipped: it would save under '
-                                 f'{self.min_cut_saving:.0%} of the estimated {full:.3f} s')
-        if request.mode == Mode.AUTO and self.early_exit is not None and self.auto_early_exit:
-            ee = Cut(Mode.EARLY_EXIT, 0.0 if evict else self.alpha_max)
-            if full - self._wcet(model, ee, n_x, worst) >= least:
-                cuts.append(ee)
+            candidates += [(Cut(Mode.EVICTION, precision=p), p) for p in self.precisions]
+            if self.early_exit is not None and self.auto_early_exit:
+                candidates.append((Cut(Mode.EARLY_EXIT, 0.0 if evict else self.alpha_max),
+                                   'early exit'))
+        for cut, name in candidates:
+            skip = too_small(cut, name)
+            if skip:
+                notes.append(skip)
             else:
-                notes.append('early exit skipped: it would save under '
-                             f'{self.min_cut_saving:.0%} of the estimated {full:.3f} s')
+                cuts.append(cut)
         return cuts, '; '.join(notes)
 
     def _judge(self, model: TimingModel, cut: Cut, n_x: int, planned: int, cap: int,

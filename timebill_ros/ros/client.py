@@ -43,6 +43,13 @@ class GoalRun:
         return ''.join(f.text_delta for f in self.feedback)
 
 
+def outcome_name(outcome: int) -> str:
+    """Return the Instruct.Result constant's name for an outcome code ('?' if unknown)."""
+    names = {v: k for k, v in vars(Instruct.Result).items()
+             if k.isupper() and isinstance(v, int)}
+    return names.get(outcome, '?')
+
+
 def make_goal(instruction: str, budget_s: float, context: str = '', policy: int = 0,
               mode: int = 1, max_new_tokens: int = 0,
               pessimistic_factor: float = 0.0, eviction_ratio: float = 0.0,
