@@ -2,7 +2,7 @@
 
 from timebill_ros.core.deadline import DeadlineClock
 from timebill_ros.core.execution import GenerationStats, PrefillDecision, run_job, TokenEvent
-from timebill_ros.core.planning import Plan
+from timebill_ros.core.planning import Fallback, Plan
 from timebill_ros.core.request import Mode, Outcome, OverrunPolicy, Rejection, Request
 
 
@@ -17,15 +17,17 @@ class ScriptedClock:
 class StepEngine:
     """Emit one word per step, advancing a scripted clock by ``step`` seconds."""
 
-    def __init__(self, clock, step, words=10, fail_at=None):
+    def __init__(self, clock, step, words=10, fail_at=None, fast_step=None):
         self.clock, self.step, self.words, self.fail_at = clock, step, words, fail_at
+        self.fast_step = fast_step  # the step time after a switch of precision
 
     def generate(self, prompt_ids, max_new_tokens, plan, on_token, token_budget=None,
-                 decide=None):
+                 decide=None, switch=None):
         stats = GenerationStats(prefill_s=self.step)
         if decide is not None:  # as the real engine: the plan is made inside prefill
             stats.plan = decide.plan_from('hidden states')
         self.clock.t += self.step
+        step = self.step
         for i in range(min(self.words, max_new_tokens)):
             if i == self.fail_at:
                 raise RuntimeError('boom')
@@ -33,8 +35,10 @@ class StepEngine:
             if not on_token(TokenEvent(i, i, f'w{i} ', self.clock.t)):
                 stats.stop = 'stopped'
                 return stats
-            self.clock.t += self.step
-            stats.step_times.append(self.step)
+            if switch is not None and stats.switched_at < 0 and switch(i):
+                stats.switched_at, stats.switched_to, step = i, switch(i), self.fast_step
+            self.clock.t += step
+            stats.step_times.append(step)
         stats.stop = 'eos'
         return stats
 
@@ -43,9 +47,9 @@ def request(policy=OverrunPolicy.KILL, budget=1.0, max_new=100):
     return Request('q', '', budget, policy, Mode.NONE, max_new, 1.0)
 
 
-def run(engine, req, clock, cancel=lambda: False):
+def run(engine, req, clock, plan=Plan(), cancel=lambda: False):
     seen = []
-    result = run_job(engine, [1, 2], req, Plan(), DeadlineClock(0.0, req.budget_s, clock),
+    result = run_job(engine, [1, 2], req, plan, DeadlineClock(0.0, req.budget_s, clock),
                      cancel, lambda ev, el, rem, plan: seen.append((ev.text_delta, el, rem)))
     return result, seen
 
@@ -80,7 +84,7 @@ def test_cancel_within_one_token():
     def cancel():
         calls['n'] += 1
         return calls['n'] > 3  # first check is before the start
-    result, _ = run(StepEngine(clock, 0.01, words=50), request(), clock, cancel)
+    result, _ = run(StepEngine(clock, 0.01, words=50), request(), clock, cancel=cancel)
     assert result.outcome == Outcome.CANCELED and result.tokens == 3
 
 
@@ -126,3 +130,35 @@ def test_rejection_during_prefill_ends_the_goal_as_rejected():
     assert result.outcome == Outcome.REJECTED and not result.deadline_met
     assert 'prefill' in result.reason and 'estimated worst case 9 s' in result.reason
     assert result.plan == infeasible  # the plan the reason cites, not the admission one
+
+
+def test_a_fallback_precision_takes_over_when_the_time_left_runs_short():
+    # 20 words at 0.1 s do not fit 1.3 s; at 0.02 s they do. The plan's rule switches
+    # as late as still lets the fast steps finish the 20 planned tokens.
+    fallback = Fallback('int8-dynamic', tokens=20, full_step_s=0.1, step_s=0.02)
+    plan = Plan(mode=Mode.AUTO, fallback=fallback)
+    clock = ScriptedClock()
+    result, _ = run(StepEngine(clock, 0.1, words=20, fast_step=0.02),
+                    request(budget=1.3), clock, plan)
+    assert result.outcome == Outcome.COMPLETED and result.deadline_met
+    assert result.switched_to == 'int8-dynamic' and 3 <= result.switched_at <= 10
+    assert 'int8-dynamic decoding from answer token' in result.reason
+    assert result.step_times[:result.switched_at] == (0.1,) * result.switched_at
+    # Without the fallback the same goal is killed at its deadline.
+    clock = ScriptedClock()
+    result, _ = run(StepEngine(clock, 0.1, words=20, fast_step=0.02),
+                    request(budget=1.3), clock, Plan(mode=Mode.AUTO))
+    assert result.outcome == Outcome.KILLED and result.switched_at == -1
+    # A short answer ends before the switch is due: every token at full precision.
+    clock = ScriptedClock()
+    result, _ = run(StepEngine(clock, 0.1, words=5, fast_step=0.02),
+                    request(budget=1.3), clock, plan)
+    assert result.deadline_met and result.switched_at == -1
+
+
+def test_fallback_rule_counts_the_tokens_still_to_come():
+    rule = Fallback('int8', tokens=10, full_step_s=0.1, step_s=0.01, margin=0.5)
+    # Step 0 then 8 fast steps: (0.1 + 0.08) / 0.5 = 0.36 s needed.
+    assert rule.due(0, 0.35) and not rule.due(0, 0.37)
+    # Past the planned tokens only one more full step must fit.
+    assert not rule.due(50, 0.21) and rule.due(50, 0.19)

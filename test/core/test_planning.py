@@ -246,6 +246,25 @@ def test_auto_decodes_at_lower_precision_only_when_it_is_worth_more():
             'int8-dynamic': lambda: INT8}, effects=longer).plan(request, 45, 2.0)
 
 
+def test_auto_starts_at_full_precision_and_switches_when_int8_must_finish():
+    effects = CutEffects(precision={'int8-dynamic': CutEffect(1.0, 0.4)})
+    planner = TimeBillPlanner(lambda: SHORT, Calibrated(40), min_cut_saving=0.05,
+                              precisions={'int8-dynamic': lambda: INT8}, effects=effects)
+    request = req(Mode.AUTO, max_new=128)
+    # 3 s: the planned 112 tokens (90 % of 40..120) fit at int8 (2.3 s), not at full
+    # precision (5.6 s). Full-precision steps come first, int8 takes over in time.
+    plan = planner.plan(request, 45, 3.0)
+    assert plan.precision == '' and plan.fallback.precision == 'int8-dynamic'
+    assert plan.fit_probability == 1.0 and plan.est_wcet_s <= 3.0
+    assert plan.worst_case_tokens == plan.fallback.tokens == 112
+    assert 'switching to int8-dynamic decoding' in plan.note
+    switch = next(i for i in range(112) if plan.fallback.due(i, 3.0 - 0.045 - 0.05 * i))
+    assert 20 <= switch <= 26  # 0.045 + 0.05 s x 25 + 0.02 s x 87 = 3.0 s
+    # A plan at full precision keeps int8 in reserve; MODE_NONE never switches.
+    assert planner.plan(request, 45, 7.0).fallback.precision == 'int8-dynamic'
+    assert planner.plan(req(Mode.NONE, max_new=128), 45, 3.0).fallback is None
+
+
 def test_a_cut_that_lengthens_answers_is_judged_on_its_longer_answers():
     steep = TimingModel(0.0, 1e-3, 0.0, 1e-5, 0.05)
     request = req(Mode.AUTO, max_new=128)

@@ -42,16 +42,21 @@ def test_auto_switches_to_int8_decoding_only_when_the_full_model_cannot_fit(clie
     c, proc = client
     assert any('resident int8-dynamic copy' in line for line in proc.lines)
     # First (served goals refit the ETE to the tiny model's real, much faster steps):
-    # 0.8 s fits 3 float32 tokens of the 8 planned, all 8 at int8.
-    tight = c.ask(make_goal('Report the battery level.', 0.8, mode=G.MODE_AUTO))
+    # 0.3 s fits 1 float32 token of the 8 planned, all 8 at int8; the plan keeps full
+    # precision only as long as int8 can still finish, so here int8 takes over at once.
+    tight = c.ask(make_goal('Report the battery level.', 0.3, mode=G.MODE_AUTO))
     assert tight.accepted, tight.reject_reason
     plan = tight.result.plan
-    assert plan.precision == 'int8-dynamic' and plan.feasible
-    assert 'int8-dynamic decoding' in plan.note
+    assert plan.precision == '' and plan.fallback_precision == 'int8-dynamic'
+    assert plan.feasible and 'switching to int8-dynamic decoding' in plan.note
     assert tight.result.outcome in (R.COMPLETED, R.KILLED) and tight.result.tokens > 0
-    # 5 s fits 8 float32 tokens: full precision.
+    if tight.result.tokens > 1:
+        assert 'int8-dynamic decoding from answer token 2' in tight.result.reason
+    # 5 s fits 8 float32 tokens: full precision, int8 kept in reserve.
     roomy = c.ask(make_goal('Report the battery level.', 5.0, mode=G.MODE_AUTO))
     assert roomy.accepted and roomy.result.plan.precision == ''
+    assert 'int8' not in roomy.result.reason
     # A caller who pins MODE_NONE gets the full model (and no plan-level rejection).
     pinned = c.ask(make_goal('Report the battery level.', 0.8, mode=G.MODE_NONE))
     assert pinned.accepted and pinned.result.plan.precision == ''
+    assert pinned.result.plan.fallback_precision == ''

@@ -90,6 +90,22 @@ def test_a_resident_int8_copy_runs_the_decode_steps_of_plans_asking_for_it(tiny)
             handle.remove()
     # One float32 prefill, then every decode step on the int8 copy.
     assert stats.tokens == 6 and calls == {'float32': 1, 'int8': 5}
+    # A full-precision plan whose switch rule fires at step 2: the rest run on int8,
+    # continuing the same KV cache, and the tokens before the switch are float32's.
+    calls.update(float32=0, int8=0)
+    handles = [tiny.model.register_forward_pre_hook(counter('float32')),
+               variant.model.register_forward_pre_hook(counter('int8'))]
+    full, mixed = [], []
+    try:
+        engine.generate(ids, 6, Plan(), lambda event: full.append(event.token_id) or True)
+        calls.update(float32=0, int8=0)
+        stats = engine.generate(ids, 6, Plan(), lambda event: mixed.append(event.token_id)
+                                or True, switch=lambda i: 'int8-dynamic' if i >= 2 else '')
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert stats.switched_at == 2 and stats.switched_to == 'int8-dynamic'
+    assert calls == {'float32': 3, 'int8': 3} and mixed[:3] == full[:3]
     with pytest.raises(ValueError, match='no resident fp4'):
         engine.generate(ids, 2, Plan(precision='fp4'), lambda event: True)
     with pytest.raises(ModelLoadError):

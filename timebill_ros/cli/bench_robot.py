@@ -113,7 +113,8 @@ class Bench:
                 'alpha': float(plan.eviction_ratio), 'predicted': int(plan.predicted_tokens),
                 'worst': int(plan.worst_case_tokens), 'fit': float(plan.fit_probability),
                 'note': plan.note, 'exit': list(plan.exit_layers),
-                'precision': plan.precision}
+                'precision': plan.precision, 'fallback': plan.fallback_precision,
+                'switched': 'decoding from answer token' in res.reason}
 
 
 def quality(item, text: str, reference: str) -> float:
@@ -214,7 +215,8 @@ def markdown(report: dict) -> str:
         lines.append('')
     lines += ['## AUTO vs MODE_NONE, Kill (quality on the items both met in time)', '',
               '| tier | AUTO met | NONE met | AUTO quality | NONE quality | items | '
-              'AUTO mean slack s | AUTO modes (full / evict / int8 / early exit) |',
+              'AUTO mean slack s | AUTO modes (full / evict / int8 / early exit); '
+              'switched to int8 mid-answer |',
               '|---|---|---|---|---|---|---|---|']
     for tier in report['tiers']:
         a, b = report['table']['kill'][tier]['TimeBill AUTO'], \
@@ -223,7 +225,8 @@ def markdown(report: dict) -> str:
         modes = report['auto_modes'][tier]
         lines.append(f"| {tier} | {a['met_rate']:.1%} | {b['met_rate']:.1%} | {qa:.3f} | "
                      f"{qb:.3f} | {k} | {a['mean_slack_s']:.2f} | {modes['full']} / "
-                     f"{modes['evict']} / {modes.get('int8', 0)} / {modes['early_exit']} |")
+                     f"{modes['evict']} / {modes.get('int8', 0)} / {modes['early_exit']}; "
+                     f"{modes.get('switched', '-')} |")
     v = report['replay_check']
     lines += ['', f"Replay check (MODE_NONE, Kill, real vs replayed at 0.9x and 1x): agreement "
               f"{v['agree']}/{v['runs']} ({v['agree'] / max(1, v['runs']):.0%}).", '']
@@ -364,7 +367,8 @@ def main(argv=None) -> int:
                         and not r.get('precision') for r in ran),
             'int8': sum(bool(r.get('precision')) for r in ran),
             'evict': sum(r.get('mode') == 2 and r.get('alpha', 0) > 0 for r in ran),
-            'early_exit': sum(r.get('mode') == 3 for r in ran)}
+            'early_exit': sum(r.get('mode') == 3 for r in ran),
+            'switched': sum(bool(r.get('switched')) for r in ran)}
     report = {'date': datetime.date.today().isoformat(), 'machine': machine(),
               'command': 'python -m timebill_ros.cli.bench_robot '
                          + ' '.join(argv if argv is not None else sys.argv[1:]),

@@ -65,7 +65,7 @@ PARAMS = (
     Param('plan_quantile', 0.9, "With a calibrated length predictor: the goal is planned "
           '(quality cut chosen) for this quantile of the answer lengths its prediction turns '
           'into on held-out data.', 0.0, 1.0),
-    Param('admit_probability', 0.05, 'Reject a goal (REJECTED, reason states the prediction) '
+    Param('admit_probability', 0.02, 'Reject a goal (REJECTED, reason states the prediction) '
           'only when the chance that its answer ends within the tokens that fit the time '
           'left is below this; 0 never rejects on a prediction, 0.9 is fail-fast.',
           0.0, 1.0),
@@ -142,7 +142,7 @@ class NodeConfig:
     infeasible: str = 'reject'
     length_predictor: str = 'rlp'
     plan_quantile: float = 0.9
-    admit_probability: float = 0.05
+    admit_probability: float = 0.02
     min_cut_saving: float = 0.05
     auto_early_exit: bool = False
     auto_precision: str = 'int8-dynamic'

@@ -34,6 +34,9 @@ class GenerationStats:
     # Set when the plan was made during prefill (PrefillDecision).
     plan: Plan | None = None
     deferred_layers: int = 0
+    # Decode step index from which a fallback precision ran (-1: none), and which.
+    switched_at: int = -1
+    switched_to: str = ''
 
     @property
     def decode_s(self) -> float:
@@ -60,8 +63,12 @@ class Engine(Protocol):
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, plan: Plan,
                  on_token: Callable[[TokenEvent], bool],
                  token_budget: Callable[[int], float | None] | None = None,
-                 decide: PrefillDecision | None = None) -> GenerationStats:
-        """Generate until EOS, ``max_new_tokens`` or ``on_token`` returns False."""
+                 decide: PrefillDecision | None = None,
+                 switch: Callable[[int], str] | None = None) -> GenerationStats:
+        """Generate until EOS, ``max_new_tokens`` or ``on_token`` returns False.
+
+        ``switch(i)`` names a precision decode step i and the rest run at ('' = stay).
+        """
 
 
 @dataclass
@@ -81,6 +88,8 @@ class JobResult:
     plan: Plan = field(default_factory=Plan)
     kv_tokens: int = 0
     exit_kinds: tuple = ()
+    switched_at: int = -1
+    switched_to: str = ''
 
 
 # (token, elapsed, remaining, plan in force)
@@ -137,9 +146,15 @@ def run_job(engine: Engine, prompt_ids: Sequence[int], request: Request, plan: P
         share = max(0.0, clock.remaining()) / to_come
         return min(share, request.token_deadline_s) if request.token_deadline_s > 0 else share
 
+    def switch(index: int) -> str:
+        fallback = current[0].fallback
+        if fallback is not None and fallback.due(index, clock.remaining()):
+            return fallback.precision
+        return ''
+
     try:
         stats = engine.generate(prompt_ids, request.max_new_tokens, plan, on_token,
-                                token_budget, tracked)
+                                token_budget, tracked, switch)
     except Rejection as exc:  # the plan made during prefill cannot meet the deadline
         now = clock.now()
         return JobResult(outcome=Outcome.REJECTED, deadline_met=False,
@@ -162,17 +177,20 @@ def run_job(engine: Engine, prompt_ids: Sequence[int], request: Request, plan: P
         text=''.join(parts), tokens=stats.tokens, queue_s=queue_s,
         prefill_s=stats.prefill_s, decode_s=stats.decode_s, e2e_s=e2e,
         step_times=tuple(stats.step_times), plan=current[0],
-        kv_tokens=stats.kv_tokens_after_prefill, exit_kinds=tuple(stats.exit_kinds))
+        kv_tokens=stats.kv_tokens_after_prefill, exit_kinds=tuple(stats.exit_kinds),
+        switched_at=stats.switched_at, switched_to=stats.switched_to)
 
 
 def _reason(outcome: Outcome, met: bool, stats: GenerationStats, slack: float) -> str:
     if outcome == Outcome.CANCELED:
         return f'canceled by the caller after {stats.tokens} tokens'
+    switched = f'; {stats.switched_to} decoding from answer token {stats.switched_at + 2}' \
+        if stats.switched_at >= 0 else ''
     if outcome == Outcome.KILLED:
         return (f'killed at the deadline after {stats.tokens} tokens'
-                f' ({-slack:.3f} s past it); text is partial')
+                f' ({-slack:.3f} s past it); text is partial{switched}')
     ending = {'eos': 'end of answer', 'max_tokens': 'max_new_tokens reached'}.get(
         stats.stop, stats.stop or 'end')
     if met:
-        return f'completed in time ({ending}, {slack:.3f} s to spare)'
-    return f'completed {-slack:.3f} s after the deadline ({ending})'
+        return f'completed in time ({ending}, {slack:.3f} s to spare){switched}'
+    return f'completed {-slack:.3f} s after the deadline ({ending}){switched}'

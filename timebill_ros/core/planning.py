@@ -14,6 +14,28 @@ from timebill_ros.core.timing import TimingModel, worst_case_tokens
 
 
 @dataclass(frozen=True)
+class Fallback:
+    """Switch the decode steps to a faster resident precision when the time left runs short.
+
+    The goal starts at full precision; before each step the rule asks whether one more
+    full step would leave too little time for ``precision`` to finish the ``tokens``
+    planned. Short answers end before that point and keep full quality.
+    """
+
+    precision: str
+    tokens: int
+    full_step_s: float
+    step_s: float
+    margin: float = 0.0
+
+    def due(self, index: int, remaining_s: float) -> bool:
+        """Return True when decode step ``index`` (answer token index + 2) must switch."""
+        to_come = max(0, self.tokens - index - 2)
+        need = (self.full_step_s + self.step_s * to_come) / (1.0 - self.margin)
+        return remaining_s < need
+
+
+@dataclass(frozen=True)
 class Plan:
     """How one request will be run; mirrors msg/InferencePlan (zeros = not planned)."""
 
@@ -42,6 +64,8 @@ class Plan:
     note: str = ''
     # Weight precision of the decode steps ('' = the node's own dtype).
     precision: str = ''
+    # A faster precision the decode switches to when the time left runs short.
+    fallback: Fallback | None = None
 
 
 class Planner(Protocol):
@@ -114,6 +138,7 @@ class Cut:
     mode: Mode
     alpha: float = 0.0
     precision: str = ''
+    fallback: str = ''
 
     def describe(self, ee: EarlyExitConfig | None) -> str:
         """Return the cut in words (for rejection reasons and notes)."""
@@ -123,6 +148,9 @@ class Cut:
         words = [f'eviction ratio {self.alpha:.2f}'] if self.alpha > 0 else []
         if self.precision:
             words.append(f'{self.precision} decoding')
+        if self.fallback:
+            words = [f'{words[0] if words else "the full model"}, switching to '
+                     f'{self.fallback} decoding when time runs short']
         return 'with ' + ' and '.join(words) if words else 'with the full model'
 
 
@@ -156,7 +184,7 @@ class TimeBillPlanner:
                  alpha_max: float = 0.95, press: str = 'snapkv',
                  infeasible: str = 'reject', time_margin: float = 0.0,
                  early_exit: EarlyExitConfig | None = None, tpot_jitter: float = 0.15,
-                 plan_quantile: float = 0.9, admit_probability: float = 0.05,
+                 plan_quantile: float = 0.9, admit_probability: float = 0.02,
                  min_cut_saving: float = 0.0, auto_early_exit: bool = True,
                  precisions: dict | None = None, effects: CutEffects | None = None):
         """Configure the planner; raise ValueError on bad settings.
@@ -292,6 +320,48 @@ class TimeBillPlanner:
                 probability = 1.0 if fits >= worst else 0.0
         return Option(cut, worst, fits, probability, effect.quality, wcet)
 
+    def _hybrid(self, model: TimingModel, low: Option, n_x: int, target: float,
+                predicted: int, dist) -> Option | None:
+        """Judge full precision with a switch to ``low``'s precision when time runs short.
+
+        The switch comes as late as still lets the low precision finish the tokens
+        ``low`` plans for, so the answer fits as often as ``low``'s (up to its planned
+        length) while every token before the switch is the full model's. Fidelity:
+        P(answer ends before the switch) x 1 + the rest x the low precision's.
+        Return None when the switch would come at once (the hybrid is ``low``).
+        """
+        worst, precision = low.worst, low.cut.precision
+        fast = self.precisions[precision]()
+        if low.wcet > target:
+            return None
+
+        def wcet(switch: int) -> float:  # ``switch`` answer tokens at full precision
+            return model.prefill(n_x) + model.decode(n_x, switch) + fast.decode(
+                n_x + switch - 1, worst - switch + 1)
+        lo, hi = 1, worst
+        if wcet(1) > target:
+            return None
+        while lo < hi:  # the full-precision share only shrinks the time left: bisect
+            mid = (lo + hi + 1) // 2
+            if wcet(mid) <= target:
+                lo = mid
+            else:
+                hi = mid - 1
+        switch = lo
+        if dist is not None:
+            before = dist.prob_at_most(switch, predicted)
+        else:
+            before = 1.0 if switch >= predicted else 0.0
+        quality = before + (1.0 - before) * low.quality
+        return Option(Cut(low.cut.mode, low.cut.alpha, '', precision), worst, low.fits,
+                      low.probability, quality, wcet(switch))
+
+    def fallback_for(self, model: TimingModel, cut: Cut, n_x: int, worst: int) -> Fallback:
+        """Return the runtime switch rule of a cut with a fallback precision."""
+        kv = (1.0 - cut.alpha) * n_x + worst / 2.0
+        return Fallback(cut.fallback, worst, model.step(kv),
+                        self.precisions[cut.fallback]().step(kv), self.time_margin)
+
     def _options(self, model: TimingModel, cuts: list, n_x: int, planned: int, cap: int,
                  target: float, predicted: int, dist, pessimistic: float,
                  solve: bool) -> list:
@@ -310,9 +380,12 @@ class TimeBillPlanner:
                 alphas = sorted({decision.alpha, bound, *(
                     r for r in self.effects.eviction_ratios if r < bound)})
             for alpha in alphas:
-                options.append(self._judge(model, Cut(cut.mode, alpha, cut.precision), n_x,
-                                           planned, cap, target, predicted, dist,
-                                           pessimistic))
+                option = self._judge(model, Cut(cut.mode, alpha, cut.precision), n_x,
+                                     planned, cap, target, predicted, dist, pessimistic)
+                hybrid = self._hybrid(model, option, n_x, target, predicted, dist) \
+                    if cut.precision and alpha == 0.0 else None
+                options += [hybrid] if hybrid is not None else []
+                options.append(option)
         return options
 
     def _choose(self, options: list) -> Option:
@@ -403,6 +476,14 @@ class TimeBillPlanner:
                     f'(U = {utilisation:.2f}, mode {cut.mode.name}, KV up to {last_kv:.0f} '
                     'tokens)')
         wcet, fits, fit = chosen.wcet, chosen.fits, chosen.probability
+        fallback = None
+        if request.mode == Mode.AUTO and cut.mode != Mode.EARLY_EXIT and not cut.precision \
+                and self.precisions:
+            # A full-precision plan keeps a faster precision in reserve: an answer or a
+            # step running longer than planned switches instead of missing.
+            fallback = self.fallback_for(
+                model, Cut(cut.mode, cut.alpha, '', cut.fallback or next(iter(self.precisions))),
+                prompt_tokens, worst)
         feasible = wcet <= target
         prefill = model.prefill(prompt_tokens)
         plan = Plan(
@@ -418,7 +499,7 @@ class TimeBillPlanner:
             exit_layers=tuple(ee.rule.exit_layers) if cut.mode == Mode.EARLY_EXIT else (),
             token_deadline_s=request.token_deadline_s, est_p99_tpot_s=p99,
             utilisation=utilisation, fit_probability=fit, note=note,
-            precision=cut.precision)
+            precision=cut.precision, fallback=fallback)
         if fit < self.admit_probability and request.mode != Mode.NONE \
                 and request.eviction_ratio == 0.0 and self.infeasible == 'reject':
             raise Rejection(

@@ -60,7 +60,8 @@ def plan_to_msg(plan: Plan) -> InferencePlan:
         token_deadline_s=float(plan.token_deadline_s),
         est_p99_tpot_s=float(plan.est_p99_tpot_s), utilisation=float(plan.utilisation),
         fit_probability=float(plan.fit_probability), note=plan.note,
-        precision=plan.precision)
+        precision=plan.precision,
+        fallback_precision=plan.fallback.precision if plan.fallback else '')
 
 
 def result_to_msg(result: JobResult) -> Instruct.Result:

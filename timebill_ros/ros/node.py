@@ -387,6 +387,16 @@ class TimebillNode(Node):
             # them out of its fit (and out of the ETE error); the prefill still counts.
             self.online.observe(n_x, result.prefill_s, result.kv_tokens, ())
             return 0.0, 0.0
+        switched = self.online_variants.get(result.switched_to)
+        if switched is not None and result.switched_at >= 0:
+            # Full-precision steps up to the switch, the fallback precision's after it.
+            at, steps = result.switched_at, result.step_times
+            estimate = model.prefill(n_x) + model.decode(result.kv_tokens, at + 1) + \
+                switched.model.decode(result.kv_tokens + at, result.tokens - at)
+            self.online.observe(n_x, result.prefill_s, result.kv_tokens, steps[:at])
+            switched.observe(n_x, 0.0, result.kv_tokens + at, steps[at:])
+            actual = result.prefill_s + result.decode_s
+            return estimate, (estimate - actual) / actual * 100.0
         variant = self.online_variants.get(result.plan.precision)
         if variant is not None:
             # Prefill ran at full precision, the decode steps on the variant.

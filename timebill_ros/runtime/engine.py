@@ -124,10 +124,13 @@ class Engine:
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, plan: Plan,
                  on_token: Callable[[TokenEvent], bool],
                  token_budget: Callable[[int], float | None] | None = None,
-                 decide: PrefillDecision | None = None) -> GenerationStats:
+                 decide: PrefillDecision | None = None,
+                 switch: Callable[[int], str] | None = None) -> GenerationStats:
         """Prefill (under the plan's press) then decode greedily, one token per step.
 
         ``token_budget(i)`` gives the seconds decode step i may take (early exit only).
+        ``switch(i)`` names a resident precision decode step i and the rest run at
+        ('' = stay); the KV cache carries over, as it does from prefill.
         With ``decide`` the plan (and its press) is made during prefill from a
         layer's hidden states; ``stats.plan`` is that plan.
         """
@@ -151,10 +154,11 @@ class Engine:
                 decode_model = self.decode_model(plan)
             with intra_op_threads(self.decode_threads):
                 return self._decode(decode_model, layerwise, next_id, cache, n_prompt,
-                                    max_new_tokens, on_token, token_budget, stats, decoder)
+                                    max_new_tokens, on_token, token_budget, stats, decoder,
+                                    switch)
 
     def _decode(self, model, layerwise, next_id, cache, n_prompt, max_new_tokens, on_token,
-                token_budget, stats, decoder) -> GenerationStats:
+                token_budget, stats, decoder, switch=None) -> GenerationStats:
         """Decode greedily from the first token; fill and return ``stats``."""
         import torch
         device = self.loaded.device
@@ -174,6 +178,11 @@ class Engine:
                     return stats
                 if index + 1 == max_new_tokens:
                     break
+                if switch is not None and layerwise is None and stats.switched_at < 0:
+                    to = switch(index)
+                    if to in self.variants:
+                        model = self.variants[to].model
+                        stats.switched_at, stats.switched_to = index, to
                 t = self.clock()
                 if layerwise is not None:
                     step = layerwise.step(next_id, n_prompt + index, cache,
