@@ -10,6 +10,8 @@
 #   make bench-overhead   node overhead vs a bare decode loop
 #   make bench-robot      robot workload through the node (results/robot)
 #   make bench-longcontext  long-context table: completion, score, fidelity (results/longcontext)
+#   make bench-batch      batched decoding: bound and tokens/s through the node (results/batch)
+#   make bench-sched      FIFO / EDF / SVF from rosbag replays at several loads (results/sched)
 #   make measure-cuts     answer length + fidelity per quality cut (timebill_ros/data/cut_effects.json)
 #   make clean   remove build/ install/ log/ (keeps .venv)
 
@@ -33,7 +35,7 @@ LINT_PATHS = $(call existing,timebill_ros test scripts/timebill_node scripts/ete
 DOC_PATHS = $(call existing,timebill_ros test scripts/ete_in_node.py)
 
 .PHONY: venv build test lint node demo bench bench-overhead bench-robot \
-        bench-longcontext measure-cuts clean
+        bench-longcontext bench-sched bench-batch measure-cuts clean
 
 venv: $(STAMP)
 
@@ -82,6 +84,12 @@ bench-robot: build
 
 bench-longcontext: build
 	$(ENV) && exec python -m timebill_ros.cli.bench_longcontext $(BENCH_ARGS)
+
+bench-batch: build
+	$(ENV) && exec python -m timebill_ros.cli.bench_batch $(BENCH_ARGS)
+
+bench-sched: build
+	$(ENV) && exec python -m timebill_ros.cli.bench_sched $(BENCH_ARGS)
 
 measure-cuts: build
 	$(ENV) && exec python -m timebill_ros.cli.measure_cuts --every 2 $(BENCH_ARGS)

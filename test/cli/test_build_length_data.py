@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from timebill_ros.cli import build_length_data
-from timebill_ros.runtime.length_data import PROBE_LAYERS, prompt_texts, source_of
+from timebill_ros.evaluation.length_data import PROBE_LAYERS, prompt_texts, source_of
 from timebill_ros.runtime.model import load_model
 
 

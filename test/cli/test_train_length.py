@@ -5,7 +5,7 @@ import json
 import numpy as np
 
 from timebill_ros.cli import train_length
-from timebill_ros.runtime.length_data import PROBE_LAYERS, select_prompts, task_prompts
+from timebill_ros.evaluation.length_data import PROBE_LAYERS, select_prompts, task_prompts
 from timebill_ros.runtime.length_heads import LinearHead
 from timebill_ros.runtime.model import load_model
 

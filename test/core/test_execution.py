@@ -162,3 +162,8 @@ def test_fallback_rule_counts_the_tokens_still_to_come():
     assert rule.due(0, 0.35) and not rule.due(0, 0.37)
     # Past the planned tokens only one more full step must fit.
     assert not rule.due(50, 0.21) and rule.due(50, 0.19)
+    # With a predicted length of 4, only its 2 tokens still to come count at step 0 ...
+    bet = Fallback('int8', tokens=10, full_step_s=0.1, step_s=0.01, margin=0.5, expected=4)
+    assert not bet.due(0, 0.25) and bet.due(0, 0.23)  # (0.1 + 0.02) / 0.5 = 0.24 s
+    # ... and once the answer runs past it, the planned 10 again.
+    assert bet.due(3, 0.29) and not bet.due(2, 0.29)  # (0.1 + 5 x 0.01) / 0.5 = 0.3 s

@@ -258,8 +258,11 @@ def test_auto_starts_at_full_precision_and_switches_when_int8_must_finish():
     assert plan.fit_probability == 1.0 and plan.est_wcet_s <= 3.0
     assert plan.worst_case_tokens == plan.fallback.tokens == 112
     assert 'switching to int8-dynamic decoding' in plan.note
+    assert plan.fallback.expected == 40  # the predicted (median) length
     switch = next(i for i in range(112) if plan.fallback.due(i, 3.0 - 0.045 - 0.05 * i))
-    assert 20 <= switch <= 26  # 0.045 + 0.05 s x 25 + 0.02 s x 87 = 3.0 s
+    # Until the answer reaches 40 tokens only those are protected (no switch); once past
+    # them, int8 must still finish 112: it takes over at once.
+    assert switch == 39
     # A plan at full precision keeps int8 in reserve; MODE_NONE never switches.
     assert planner.plan(request, 45, 7.0).fallback.precision == 'int8-dynamic'
     assert planner.plan(req(Mode.NONE, max_new=128), 45, 3.0).fallback is None

@@ -106,7 +106,7 @@ def bound_accuracy(folder: str, bound: int, sample: int = 0) -> int:
     import numpy as np
     from timebill_ros.cli.train_length import load_data
     from timebill_ros.core.request import Mode, OverrunPolicy, Request
-    from timebill_ros.runtime.length_data import prompt_texts, source_of
+    from timebill_ros.evaluation.length_data import prompt_texts, source_of
     from timebill_ros.runtime.length_heads import LinearHead
     from timebill_ros.runtime.model import load_model
     from timebill_ros.runtime.predictor import HeadPredictor, SHIPPED_HEAD

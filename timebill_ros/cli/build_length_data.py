@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from tqdm import tqdm
-    from timebill_ros.runtime.length_data import label_batch, PROBE_LAYERS, source_prompts
+    from timebill_ros.evaluation.length_data import label_batch, PROBE_LAYERS, source_prompts
     from timebill_ros.runtime.model import load_model
     loaded = load_model(args.model)
     os.makedirs(args.out, exist_ok=True)

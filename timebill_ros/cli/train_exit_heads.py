@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     parser.add_argument('--out', default=None, help='default: the shipped exit_heads.npz')
     args = parser.parse_args(argv)
     from timebill_ros.runtime.exit_heads import ExitHeads, fit_map, SHIPPED_EXIT_HEADS
-    from timebill_ros.runtime.length_data import select_prompts
+    from timebill_ros.evaluation.length_data import select_prompts
     from timebill_ros.runtime.model import load_model
     started = time.monotonic()
     loaded = load_model('embedded')

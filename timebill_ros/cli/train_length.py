@@ -88,7 +88,7 @@ def main(argv=None) -> int:
     """Train, compare, write results/length_predictor.{md,json} and the default head."""
     from timebill_ros.core.length import (
         bucket_floor_mae, coverage, decode_buckets, DECODE_RULES, metrics, pessimistic_factor)
-    from timebill_ros.runtime.length_data import PROBE_LAYERS, prompt_texts, source_of
+    from timebill_ros.evaluation.length_data import PROBE_LAYERS, prompt_texts, source_of
     from timebill_ros.runtime.length_encoder import train_encoder
     from timebill_ros.runtime.model import cache_root, load_model
     parser = argparse.ArgumentParser(description=__doc__)

@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     """Choose, calibrate, train, write and report."""
     from timebill_ros.core.length import LengthDistribution, metrics
     from timebill_ros.evaluation import robot_workload
-    from timebill_ros.runtime.length_data import PROBE_LAYERS
+    from timebill_ros.evaluation.length_data import PROBE_LAYERS
     from timebill_ros.runtime.length_heads import LinearHead, train_head
     from timebill_ros.runtime.model import cache_root
     parser = argparse.ArgumentParser(description=__doc__,

@@ -38,6 +38,19 @@ PARAMS = (
           1.0, 100.0),
     Param('max_budget_s', 600.0, 'Largest time budget a goal may carry (s).', 0.001, 86400.0),
     Param('queue_length', 8, 'Goals that may wait while one runs; more are rejected.', 1, 1000),
+    Param('scheduler', 'fifo', "Order of waiting goals: 'fifo', 'edf' (earliest deadline "
+          "first), 'svf' (smallest predicted memory-time volume first) or 'svf-1bit' (SVF "
+          'from a short/long guess). Skip-Next skips the goal dispatched next in this order.',
+          choices=('fifo', 'edf', 'svf', 'svf-1bit')),
+    Param('queue_aware_admission', True, 'Admit a goal for the time left after its '
+          'expected wait in the queue (ETE x predicted lengths of the goals ahead), and '
+          'refuse one that would push an accepted goal past its deadline by overtaking it.'),
+    Param('max_batch', 1, 'Goals decoded together in one batch (joining at token boundaries); '
+          '1 decodes one goal at a time. Goals whose plan lowers precision or exits early '
+          'decode alone.', 1, 64),
+    Param('qos_depth', 1000, 'History depth of the action services (goal, result, cancel), '
+          'feedback and the instruction/response topics: requests in a burst beyond it are '
+          'dropped by DDS. Clients should use the same depth (ros/qos.py).', 10, 100000),
     Param('diagnostics_period_s', 1.0, 'Period of /diagnostics messages (s).', 0.05, 60.0),
     Param('miss_window', 50, 'Finished goals over which the miss rate is computed.', 1, 100000),
     Param('miss_rate_warn', 0.05, 'Miss rate at or above which diagnostics say WARN.', 0.0, 1.0),
@@ -128,6 +141,10 @@ class NodeConfig:
     pessimistic_factor: float = 1.0
     max_budget_s: float = 600.0
     queue_length: int = 8
+    scheduler: str = 'fifo'
+    queue_aware_admission: bool = True
+    max_batch: int = 1
+    qos_depth: int = 1000
     diagnostics_period_s: float = 1.0
     miss_window: int = 50
     miss_rate_warn: float = 0.05

@@ -37,6 +37,8 @@ class GenerationStats:
     # Decode step index from which a fallback precision ran (-1: none), and which.
     switched_at: int = -1
     switched_to: str = ''
+    # Most sequences decoded together in one step (1: alone).
+    batch_peak: int = 1
 
     @property
     def decode_s(self) -> float:
@@ -90,6 +92,7 @@ class JobResult:
     exit_kinds: tuple = ()
     switched_at: int = -1
     switched_to: str = ''
+    batch_peak: int = 1
 
 
 # (token, elapsed, remaining, plan in force)
@@ -104,6 +107,73 @@ def ended_before_start(clock: DeadlineClock, outcome: Outcome, reason: str,
                      queue_s=clock.elapsed(now), e2e_s=clock.elapsed(now), plan=plan)
 
 
+class JobRun:
+    """One goal's token-boundary rules, for any decode loop (alone or in a batch).
+
+    ``before_start`` ends a goal that was canceled or expired while queued;
+    ``on_token`` streams a token and says whether to go on; ``finish`` builds the
+    result from the engine's stats.
+    """
+
+    def __init__(self, request: Request, plan: Plan, clock: DeadlineClock,
+                 cancel_requested: Callable[[], bool], on_feedback: Feedback):
+        """Start the goal's run now (its queue time ends here)."""
+        self.request, self.plan, self.clock = request, plan, clock
+        self.cancel_requested, self.on_feedback = cancel_requested, on_feedback
+        self.queue_s = clock.elapsed(clock.now())
+        self.parts: list = []
+        self.last = Step.CONTINUE
+
+    def before_start(self) -> JobResult | None:
+        """Return the result of a goal that must not start (canceled, expired), else None."""
+        if self.cancel_requested():
+            return ended_before_start(self.clock, Outcome.CANCELED,
+                                      'canceled before it started', self.plan)
+        if self.request.policy == OverrunPolicy.KILL and self.clock.expired():
+            return ended_before_start(
+                self.clock, Outcome.KILLED,
+                f'killed: deadline passed while queued ({self.queue_s:.3f} s in queue)',
+                self.plan)
+        return None
+
+    def on_token(self, event: TokenEvent) -> bool:
+        """Stream a token; return False when the rules stop the goal here."""
+        self.parts.append(event.text_delta)
+        self.on_feedback(event, self.clock.elapsed(event.time),
+                         self.clock.remaining(event.time), self.plan)
+        self.last = after_token(self.request.policy, self.clock, event.time,
+                                self.cancel_requested())
+        return self.last == Step.CONTINUE
+
+    def failed(self, exc: Exception) -> JobResult:
+        """Return the result of a goal whose generation raised ``exc``."""
+        now = self.clock.now()
+        if isinstance(exc, Rejection):  # the plan made during prefill cannot meet the deadline
+            return JobResult(outcome=Outcome.REJECTED, deadline_met=False,
+                             reason=f'after {self.clock.elapsed(now) - self.queue_s:.3f} s of '
+                                    f'prefill: {exc.reason}',
+                             queue_s=self.queue_s, e2e_s=self.clock.elapsed(now),
+                             plan=exc.plan if exc.plan is not None else self.plan)
+        return JobResult(outcome=Outcome.FAILED, deadline_met=False,
+                         reason=f'generation failed: {type(exc).__name__}: {exc}',
+                         text=''.join(self.parts), queue_s=self.queue_s,
+                         e2e_s=self.clock.elapsed(now), plan=self.plan)
+
+    def finish(self, stats: GenerationStats) -> JobResult:
+        """Return the result of a goal whose generation ended."""
+        finished = self.clock.now()
+        outcome, met = finished_outcome(self.last, finished, self.clock)
+        return JobResult(
+            outcome=outcome, deadline_met=met,
+            reason=_reason(outcome, met, stats, self.clock.remaining(finished)),
+            text=''.join(self.parts), tokens=stats.tokens, queue_s=self.queue_s,
+            prefill_s=stats.prefill_s, decode_s=stats.decode_s,
+            e2e_s=self.clock.elapsed(finished), step_times=tuple(stats.step_times),
+            plan=self.plan, kv_tokens=stats.kv_tokens_after_prefill,
+            exit_kinds=tuple(stats.exit_kinds), switched_at=stats.switched_at,
+            switched_to=stats.switched_to, batch_peak=stats.batch_peak)
+
+
 def run_job(engine: Engine, prompt_ids: Sequence[int], request: Request, plan: Plan,
             clock: DeadlineClock, cancel_requested: Callable[[], bool],
             on_feedback: Feedback, decide: PrefillDecision | None = None) -> JobResult:
@@ -112,73 +182,38 @@ def run_job(engine: Engine, prompt_ids: Sequence[int], request: Request, plan: P
     With ``decide`` the plan is remade during prefill (``plan`` is then the
     admission plan); a Rejection from it ends the goal as REJECTED.
     """
-    started = clock.now()
-    queue_s = clock.elapsed(started)
-    if cancel_requested():
-        return ended_before_start(clock, Outcome.CANCELED, 'canceled before it started', plan)
-    if request.policy == OverrunPolicy.KILL and clock.expired(started):
-        return ended_before_start(
-            clock, Outcome.KILLED,
-            f'killed: deadline passed while queued ({queue_s:.3f} s in queue)', plan)
-
-    parts: list = []
-    last_step = [Step.CONTINUE]
-    current = [plan]
+    run = JobRun(request, plan, clock, cancel_requested, on_feedback)
+    ended = run.before_start()
+    if ended is not None:
+        return ended
     tracked = None
     if decide is not None:
         def plan_from(hidden) -> Plan:
-            current[0] = decide.plan_from(hidden)
-            return current[0]
+            run.plan = decide.plan_from(hidden)
+            return run.plan
         tracked = PrefillDecision(decide.layer, plan_from)
-
-    def on_token(event: TokenEvent) -> bool:
-        parts.append(event.text_delta)
-        on_feedback(event, clock.elapsed(event.time), clock.remaining(event.time), current[0])
-        last_step[0] = after_token(request.policy, clock, event.time, cancel_requested())
-        return last_step[0] == Step.CONTINUE
 
     def token_budget(index: int) -> float:
         # Early exit: decode step ``index`` produces answer token index + 2; the time
         # left is shared by the tokens still to come (worst case), and a per-token
         # deadline caps that share.
-        worst = current[0].worst_case_tokens or request.max_new_tokens
+        worst = run.plan.worst_case_tokens or request.max_new_tokens
         to_come = max(1, worst - index - 1)
         share = max(0.0, clock.remaining()) / to_come
         return min(share, request.token_deadline_s) if request.token_deadline_s > 0 else share
 
     def switch(index: int) -> str:
-        fallback = current[0].fallback
+        fallback = run.plan.fallback
         if fallback is not None and fallback.due(index, clock.remaining()):
             return fallback.precision
         return ''
 
     try:
-        stats = engine.generate(prompt_ids, request.max_new_tokens, plan, on_token,
+        stats = engine.generate(prompt_ids, request.max_new_tokens, plan, run.on_token,
                                 token_budget, tracked, switch)
-    except Rejection as exc:  # the plan made during prefill cannot meet the deadline
-        now = clock.now()
-        return JobResult(outcome=Outcome.REJECTED, deadline_met=False,
-                         reason=f'after {clock.elapsed(now) - queue_s:.3f} s of prefill: '
-                                f'{exc.reason}',
-                         queue_s=queue_s, e2e_s=clock.elapsed(now),
-                         plan=exc.plan if exc.plan is not None else current[0])
     except Exception as exc:  # noqa: BLE001 - any engine failure must end the goal cleanly
-        now = clock.now()
-        return JobResult(outcome=Outcome.FAILED, deadline_met=False,
-                         reason=f'generation failed: {type(exc).__name__}: {exc}',
-                         text=''.join(parts), queue_s=queue_s, e2e_s=clock.elapsed(now),
-                         plan=current[0])
-    finished = clock.now()
-    outcome, met = finished_outcome(last_step[0], finished, clock)
-    e2e = clock.elapsed(finished)
-    return JobResult(
-        outcome=outcome, deadline_met=met,
-        reason=_reason(outcome, met, stats, clock.remaining(finished)),
-        text=''.join(parts), tokens=stats.tokens, queue_s=queue_s,
-        prefill_s=stats.prefill_s, decode_s=stats.decode_s, e2e_s=e2e,
-        step_times=tuple(stats.step_times), plan=current[0],
-        kv_tokens=stats.kv_tokens_after_prefill, exit_kinds=tuple(stats.exit_kinds),
-        switched_at=stats.switched_at, switched_to=stats.switched_to)
+        return run.failed(exc)
+    return run.finish(stats)
 
 
 def _reason(outcome: Outcome, met: bool, stats: GenerationStats, slack: float) -> str:

@@ -18,8 +18,11 @@ class Fallback:
     """Switch the decode steps to a faster resident precision when the time left runs short.
 
     The goal starts at full precision; before each step the rule asks whether one more
-    full step would leave too little time for ``precision`` to finish the ``tokens``
-    planned. Short answers end before that point and keep full quality.
+    full step would leave too little time for ``precision`` to finish the answer.
+    Until the answer reaches its predicted (median) length ``expected`` only that
+    length is protected; once past it, the planned worst case ``tokens``. Short
+    answers then end before any switch and keep full quality (at the low precision
+    they often run on far longer), while a long one switches in time.
     """
 
     precision: str
@@ -27,10 +30,12 @@ class Fallback:
     full_step_s: float
     step_s: float
     margin: float = 0.0
+    expected: int = 0
 
     def due(self, index: int, remaining_s: float) -> bool:
         """Return True when decode step ``index`` (answer token index + 2) must switch."""
-        to_come = max(0, self.tokens - index - 2)
+        target = self.expected if index + 1 < self.expected else self.tokens
+        to_come = max(0, target - index - 2)
         need = (self.full_step_s + self.step_s * to_come) / (1.0 - self.margin)
         return remaining_s < need
 
@@ -356,11 +361,13 @@ class TimeBillPlanner:
         return Option(Cut(low.cut.mode, low.cut.alpha, '', precision), worst, low.fits,
                       low.probability, quality, wcet(switch))
 
-    def fallback_for(self, model: TimingModel, cut: Cut, n_x: int, worst: int) -> Fallback:
+    def fallback_for(self, model: TimingModel, cut: Cut, n_x: int, worst: int,
+                     expected: int = 0) -> Fallback:
         """Return the runtime switch rule of a cut with a fallback precision."""
         kv = (1.0 - cut.alpha) * n_x + worst / 2.0
         return Fallback(cut.fallback, worst, model.step(kv),
-                        self.precisions[cut.fallback]().step(kv), self.time_margin)
+                        self.precisions[cut.fallback]().step(kv), self.time_margin,
+                        min(worst, expected))
 
     def _options(self, model: TimingModel, cuts: list, n_x: int, planned: int, cap: int,
                  target: float, predicted: int, dist, pessimistic: float,
@@ -481,9 +488,11 @@ class TimeBillPlanner:
                 and self.precisions:
             # A full-precision plan keeps a faster precision in reserve: an answer or a
             # step running longer than planned switches instead of missing.
-            fallback = self.fallback_for(
-                model, Cut(cut.mode, cut.alpha, '', cut.fallback or next(iter(self.precisions))),
-                prompt_tokens, worst)
+            name = cut.fallback or next(iter(self.precisions))
+            factor = self.effects.of_precision(name).length_factor
+            fallback = self.fallback_for(model, Cut(cut.mode, cut.alpha, '', name),
+                                         prompt_tokens, worst,
+                                         math.ceil(max(1, predicted) * factor))
         feasible = wcet <= target
         prefill = model.prefill(prompt_tokens)
         plan = Plan(

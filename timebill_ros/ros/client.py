@@ -17,6 +17,7 @@ from unique_identifier_msgs.msg import UUID
 from timebill_ros.action import Instruct
 from timebill_ros.msg import Response
 from timebill_ros.ros.convert import s_to_duration
+from timebill_ros.ros.qos import action_client_qos, reliable
 
 
 class ClientTimeout(TimeoutError):
@@ -68,11 +69,12 @@ class InstructClient:
                  responses_topic: str = '/timebill/responses'):
         """Create the client node and spin it in a background thread."""
         self.node = Node(node_name)
-        self._client = ActionClient(self.node, Instruct, action_name)
+        # Burst-sized service and topic depths, as the node's (see ros/qos.py).
+        self._client = ActionClient(self.node, Instruct, action_name, **action_client_qos())
         self._lock = threading.Lock()
         self._runs: dict = {}
         self._rejections: dict = {}
-        self.node.create_subscription(Response, responses_topic, self._on_response, 50)
+        self.node.create_subscription(Response, responses_topic, self._on_response, reliable())
         self._executor = MultiThreadedExecutor(num_threads=2)
         self._executor.add_node(self.node)
         self._thread = threading.Thread(target=self._executor.spin, daemon=True)

@@ -36,7 +36,6 @@ OUTPUT_PNG = 'deadline_report.png'
 TELEMETRY_GRACE_S = 1.0
 POLL_S = 0.05
 SHUTDOWN_TIMEOUT_S = 5.0
-QUEUE_DEPTH = 100
 
 
 class ReplayError(Exception):
@@ -212,17 +211,16 @@ class _Session:
     def _setup(self, node: str) -> None:
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
-        from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 
         from timebill_ros.msg import DeadlineTelemetry, Instruction, Response
+        from timebill_ros.ros.qos import BURST_DEPTH, reliable
 
         context = self.context
         self.instructions_topic = f'{node}/instructions'
         self.responses_topic = f'{node}/responses'
         self.telemetry_topic = f'{node}/telemetry'
-        # Reliable like the node; deep queues so a burst of answers is never dropped here.
-        qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=QUEUE_DEPTH,
-                         reliability=ReliabilityPolicy.RELIABLE)
+        # Reliable like the node, as deep as its burst depth: no answer is dropped here.
+        qos = reliable(BURST_DEPTH)
         self.node = rclpy.create_node(f'timebill_replay_{os.getpid()}', context=context)
         self.publisher = self.node.create_publisher(Instruction, self.instructions_topic, qos)
         self._response_sub = self.node.create_subscription(

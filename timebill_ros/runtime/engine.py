@@ -121,6 +121,25 @@ class Engine:
         stats.plan, stats.deferred_layers = decided[0], deferred.deferred_layers
         return out, decided[0]
 
+    def prefill(self, prompt_ids: Sequence[int], plan: Plan,
+                decide: PrefillDecision | None = None) -> tuple:
+        """Prefill one prompt alone under the plan's press; return (cache, first token, stats).
+
+        For a sequence that decodes in a batch (runtime/batch.py).
+        """
+        import torch
+        from transformers import DynamicCache
+        stats = GenerationStats()
+        with torch.inference_mode():
+            ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=self.loaded.device)
+            cache = DynamicCache()
+            t0 = self.clock()
+            out, plan = self._prefill(ids, cache, plan, decide, stats)
+            stats.prefill_s = self.clock() - t0
+            stats.kv_tokens_after_prefill = cache.get_seq_length()
+        stats.plan = plan
+        return cache, int(out.logits[0, -1].argmax()), stats
+
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, plan: Plan,
                  on_token: Callable[[TokenEvent], bool],
                  token_budget: Callable[[int], float | None] | None = None,
@@ -129,33 +148,27 @@ class Engine:
         """Prefill (under the plan's press) then decode greedily, one token per step.
 
         ``token_budget(i)`` gives the seconds decode step i may take (early exit only).
-        ``switch(i)`` names a resident precision decode step i and the rest run at
-        ('' = stay); the KV cache carries over, as it does from prefill.
         With ``decide`` the plan (and its press) is made during prefill from a
         layer's hidden states; ``stats.plan`` is that plan.
+        ``switch(i)`` names a resident precision decode step i and the rest run at
+        ('' = stay); the KV cache carries over, as it does from prefill.
         """
-        import torch
-        from transformers import DynamicCache
+        cache, next_id, stats = self.prefill(prompt_ids, plan, decide)
+        return self.decode(cache, next_id, len(prompt_ids), max_new_tokens, stats, on_token,
+                           token_budget, switch)
 
-        device = self.loaded.device
-        decode_model = self.decode_model(plan)
-        stats = GenerationStats()
+    def decode(self, cache, next_id: int, n_prompt: int, max_new_tokens: int,
+               stats: GenerationStats, on_token: Callable[[TokenEvent], bool],
+               token_budget: Callable[[int], float | None] | None = None,
+               switch: Callable[[int], str] | None = None) -> GenerationStats:
+        """Decode alone from a prefilled cache under ``stats.plan``; fill and return ``stats``."""
+        plan = stats.plan
+        layerwise = self.exit_decoder if plan.mode == Mode.EARLY_EXIT else None
         decoder = StreamDecoder(self.loaded.tokenizer, self.loaded.tokenizer_lock)
-        n_prompt = len(prompt_ids)
-        with torch.inference_mode():
-            ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
-            cache = DynamicCache()
-            t0 = self.clock()
-            out, plan = self._prefill(ids, cache, plan, decide, stats)
-            next_id = int(out.logits[0, -1].argmax())
-            stats.prefill_s = self.clock() - t0
-            layerwise = self.exit_decoder if plan.mode == Mode.EARLY_EXIT else None
-            if decide is not None:  # the plan made in prefill may pick another precision
-                decode_model = self.decode_model(plan)
-            with intra_op_threads(self.decode_threads):
-                return self._decode(decode_model, layerwise, next_id, cache, n_prompt,
-                                    max_new_tokens, on_token, token_budget, stats, decoder,
-                                    switch)
+        with intra_op_threads(self.decode_threads):
+            return self._decode(self.decode_model(plan), layerwise, next_id, cache, n_prompt,
+                                max_new_tokens, on_token, token_budget, stats, decoder,
+                                switch)
 
     def _decode(self, model, layerwise, next_id, cache, n_prompt, max_new_tokens, on_token,
                 token_budget, stats, decoder, switch=None) -> GenerationStats:

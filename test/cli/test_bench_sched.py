@@ -1,0 +1,30 @@
+"""bench_sched's workload builder and figures (the node runs are the benchmark itself)."""
+
+import pytest
+
+from timebill_ros.cli.bench_sched import summarise, workload
+from timebill_ros.evaluation import robot_workload
+
+
+def test_workload_has_the_load_and_budgets_it_says():
+    items = robot_workload.load('test')[:10]
+    full = {item.id: 2.0 for item in items}
+    work = workload(items, full, (1.5, 3.0), 'periodic', 0.5, seed=1)
+    assert len(work) == 10 and work[0].arrival_s == 0.0
+    # load 0.5 with 2 s goals: one goal every 4 s.
+    assert work[1].arrival_s == pytest.approx(4.0)
+    assert [w.budget_s for w in work[:2]] == [3.0, 6.0]
+    burst = workload(items, full, (1.5,), 'burst', 1.0, seed=1)
+    assert [w.arrival_s for w in burst[:5]] == [0.0, 0.0, 0.0, 0.0, pytest.approx(8.0)]
+    assert len({w.id for w in burst}) == 10
+
+
+def test_summary_counts_lost_and_rejected_goals():
+    rows = [{'outcome': 'COMPLETED', 'deadline_met': True, 'queue_s': 0.5, 'tokens': 10},
+            {'outcome': 'KILLED', 'deadline_met': False, 'queue_s': 1.5, 'tokens': 4},
+            {'outcome': 'REJECTED', 'deadline_met': False, 'queue_s': 0.0, 'tokens': 0},
+            {'outcome': 'MISSING', 'deadline_met': False}]
+    s = summarise(rows, 10.0)
+    assert (s['met'], s['rejected'], s['killed'], s['lost']) == (1, 1, 1, 1)
+    assert s['goodput_per_s'] == pytest.approx(0.1) and s['tokens_per_s'] == pytest.approx(1.4)
+    assert s['queue_p50_s'] == pytest.approx(1.0)

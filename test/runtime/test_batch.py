@@ -1,0 +1,62 @@
+"""Batched decoding: joins at token boundaries, leaves, padding; tokens equal solo runs."""
+
+import pytest
+
+from timebill_ros.core.planning import Plan
+from timebill_ros.runtime.batch import BatchDecoder
+from timebill_ros.runtime.engine import Engine
+from timebill_ros.runtime.model import load_model, prompt_ids
+from timebill_ros.runtime.presses import press_for_plan
+
+PROMPTS = {'short': 'Stop or go?', 'mid': 'Report the battery level of the robot now.',
+           'long': 'Summarise the route: ' + 'turn left at the dock, ' * 12}
+
+
+@pytest.fixture(scope='module')
+def tiny():
+    return load_model('tiny-random')
+
+
+def solo(engine, ids, n, plan=Plan()):
+    tokens = []
+    engine.generate(ids, n, plan, lambda event: tokens.append(event.token_id) or True)
+    return tokens
+
+
+def test_each_sequence_decodes_as_it_would_alone(tiny):
+    engine = Engine(tiny, press_for_plan)
+    ids = {k: prompt_ids(tiny.tokenizer, v) for k, v in PROMPTS.items()}
+    plans = {'short': Plan(), 'mid': Plan(),
+             'long': Plan(eviction_ratio=0.5, press='knorm')}  # evicted: a shorter cache
+    want = {k: solo(engine, ids[k], 16, plans[k]) for k in ids}
+    batch = BatchDecoder(tiny.model)
+    got = {k: [] for k in ids}
+
+    def join(key):
+        cache, first, stats = engine.prefill(ids[key], plans[key])
+        assert stats.kv_tokens_after_prefill == cache.get_seq_length()
+        got[key].append(first)
+        batch.join(key, cache, first, len(ids[key]))
+
+    def step():
+        for key, token in batch.step().items():
+            got[key].append(token)
+    join('long')  # joins alone, then the others at token boundaries
+    step()
+    step()
+    join('short')
+    step()
+    join('mid')
+    assert batch.keys == ['long', 'short', 'mid'] and len(batch) == 3
+    for _ in range(4):
+        step()
+    batch.leave('long')  # e.g. killed at its deadline: the others carry on
+    assert batch.keys == ['short', 'mid']
+    while len(got['mid']) < 12:
+        step()
+    for key in ids:
+        assert got[key] == want[key][:len(got[key])], key
+    assert len(got['long']) == 8 and len(got['short']) == 13
+    batch.leave('short')
+    batch.leave('mid')
+    assert len(batch) == 0 and batch.cached_tokens() == 0

@@ -1,0 +1,245 @@
+"""The serving core without ROS: admission, schedulers, cancel, Skip-Next (tiny model)."""
+
+import threading
+
+import pytest
+
+from timebill_ros.core.config import NodeConfig
+from timebill_ros.core.request import GoalSpec, Mode, Outcome, OverrunPolicy, Rejection
+from timebill_ros.runtime.model import load_model
+from timebill_ros.serving.assembly import Assembly
+from timebill_ros.serving.jobs import JobHooks
+from timebill_ros.serving.server import Server
+
+
+class Log:
+    def __init__(self):
+        self.lines = []
+
+    def info(self, message):
+        self.lines.append(('info', message))
+
+    def warning(self, message):
+        self.lines.append(('warning', message))
+
+    def error(self, message):
+        self.lines.append(('error', message))
+
+
+@pytest.fixture(scope='module')
+def loaded():
+    return load_model('tiny-random')
+
+
+def make_server(loaded, scheduler='fifo', queue_length=8):
+    config = NodeConfig.from_dict({
+        'model': 'tiny-random', 'calibrate_on_start': False, 'warm_up': False,
+        'length_predictor': 'max-new-tokens', 'auto_precision': '',
+        'queue_length': queue_length, 'scheduler': scheduler})
+    finished = []
+    server = Server(Assembly(config, loaded, Log()),
+                    lambda job, result, estimate, error: finished.append((job.key, result)),
+                    scheduler)
+    return server, finished
+
+
+def spec(budget=30.0, tokens=3, policy=OverrunPolicy.KILL):
+    return GoalSpec('Report the battery level.', budget_s=budget, mode=int(Mode.NONE),
+                    max_new_tokens=tokens, overrun_policy=int(policy))
+
+
+def wait_executing(server, timeout=30.0):
+    """Wait until the worker has taken a job (it may be blocked on the model lock)."""
+    pause = threading.Event()
+    for _ in range(int(timeout / 0.01)):
+        if server.status()[1]['executing']:
+            return
+        pause.wait(0.01)
+    raise AssertionError('the worker never took a job')
+
+
+def wait_all(jobs, timeout=60.0):
+    for job in jobs:
+        assert job.done.wait(timeout), f'{job.key} never finished'
+
+
+def test_every_submitted_goal_finishes_and_is_reported_once(loaded):
+    server, finished = make_server(loaded)
+    try:
+        jobs = [server.admit(spec(), f'g{i}') for i in range(5)]
+        for job in jobs:
+            server.submit(job)
+        wait_all(jobs)
+        assert sorted(key for key, _ in finished) == [f'g{i}' for i in range(5)]
+        assert all(r.outcome == Outcome.COMPLETED and r.deadline_met for _, r in finished)
+        assert all(job.result.tokens == 3 for job in jobs)
+    finally:
+        server.stop()
+
+
+def test_edf_runs_the_earliest_deadline_first_while_fifo_keeps_arrival_order(loaded):
+    for name, expected in (('fifo', ['late', 'soon', 'mid']),
+                           ('edf', ['soon', 'mid', 'late'])):
+        server, finished = make_server(loaded, name)
+        try:
+            with server.assembly.model_lock:  # the worker waits: all three queue up
+                jobs = [server.admit(spec(budget), key)
+                        for key, budget in (('late', 50.0), ('soon', 20.0), ('mid', 30.0))]
+                blocker = server.admit(spec(), 'first')
+                server.submit(blocker)
+                wait_executing(server)
+                for job in jobs:
+                    server.submit(job)
+            wait_all([blocker, *jobs])
+            assert [key for key, _ in finished] == ['first', *expected]
+        finally:
+            server.stop()
+
+
+def test_a_queued_goal_is_canceled_at_once_and_a_running_one_at_a_token(loaded):
+    server, finished = make_server(loaded)
+    try:
+        flags = {'running': False}
+        started = []
+        with server.assembly.model_lock:
+            running = server.admit(spec(tokens=1000, budget=60.0), 'running')
+            server.submit(running, JobHooks(cancel_requested=lambda: flags['running']))
+            queued = server.admit(spec(), 'queued')
+            server.submit(queued, JobHooks(on_start=lambda: started.append('queued')))
+            assert server.cancel('queued') and not server.cancel('queued')
+        assert queued.done.is_set() and queued.result.outcome == Outcome.CANCELED
+        assert started == ['queued']  # the caller's goal handle may now report it
+        flags['running'] = True
+        wait_all([running])
+        assert running.result.outcome == Outcome.CANCELED and running.result.tokens < 1000
+    finally:
+        server.stop()
+
+
+def test_skip_next_skips_the_goal_dispatched_next_under_edf(loaded):
+    server, finished = make_server(loaded, 'edf')
+    try:
+        with server.assembly.model_lock:
+            # Runs first and overruns its deadline with Skip-Next.
+            over = server.admit(spec(budget=0.05, tokens=200, policy=OverrunPolicy.SKIP_NEXT),
+                                'overrun')
+            server.submit(over)
+            wait_executing(server)
+            late = server.admit(spec(budget=50.0), 'arrived-first')
+            soon = server.admit(spec(budget=20.0), 'earliest-deadline')
+            server.submit(late)
+            server.submit(soon)
+        wait_all([over, late, soon])
+        outcomes = {key: r.outcome for key, r in finished}
+        assert outcomes['overrun'] == Outcome.COMPLETED  # late, but Skip-Next lets it finish
+        assert not over.result.deadline_met
+        assert outcomes['earliest-deadline'] == Outcome.SKIPPED
+        assert outcomes['arrived-first'] == Outcome.COMPLETED
+    finally:
+        server.stop()
+
+
+def test_a_full_queue_rejects_with_the_reason_and_held_places_count(loaded):
+    server, _ = make_server(loaded, queue_length=2)
+    try:
+        with server.assembly.model_lock:
+            first = server.admit(spec(), 'a')
+            server.submit(first)
+            wait_executing(server)
+            server.hold(server.admit(spec(), 'b'))  # accepted by DDS, not yet started
+            server.submit(server.admit(spec(), 'c'))
+            with pytest.raises(Rejection, match='queue full'):
+                server.submit(server.admit(spec(), 'd'))
+            server.start('b', JobHooks())
+        with pytest.raises(Rejection, match='budget must be > 0'):
+            server.admit(spec(budget=0.0), 'bad')
+    finally:
+        server.stop()
+
+
+def profiled_server(loaded, tmp_path, scheduler):
+    """Return a server whose ETE says 10 ms prefill and 100 ms per decode step."""
+    from timebill_ros.core.profile import Profile
+    path = tmp_path / 'tiny.yaml'
+    Profile(model='tiny-random', device='cpu', dtype='float32',
+            coefficients={'a': 0.0, 'b': 0.0, 'c': 0.01, 'p': 0.0, 'q': 0.1},
+            prefill_points=[[n, 0.01] for n in (16, 64, 256)],
+            decode_points=[[n, 0.1] for n in (16, 64, 256)]).save(path)
+    config = NodeConfig.from_dict({
+        'model': 'tiny-random', 'calibrate_on_start': False, 'warm_up': False,
+        'length_predictor': 'max-new-tokens', 'auto_precision': '', 'profile': str(path),
+        'scheduler': scheduler})
+    return Server(Assembly(config, loaded, Log()), lambda *args: None, scheduler)
+
+
+def test_admission_counts_the_expected_wait_and_protects_accepted_goals(loaded, tmp_path):
+    server = profiled_server(loaded, tmp_path, 'edf')
+    auto = int(Mode.AUTO)
+    try:
+        with server.assembly.model_lock:
+            # 50 tokens: 4.91 s by the ETE; it holds the worker.
+            server.submit(server.admit(GoalSpec('Go.', budget_s=60.0, mode=auto,
+                                                max_new_tokens=50), 'long'))
+            wait_executing(server)
+            # 2 s cannot wait ~4.9 s: refused, with the wait in the reason.
+            with pytest.raises(Rejection, match=r'after an expected 4\.\d+ s wait behind 1'):
+                server.submit(server.admit(GoalSpec('Go.', budget_s=2.0, mode=auto,
+                                                    max_new_tokens=5), 'hopeless'))
+            # 6 s fits after the wait (ends ~5.3 s in).
+            server.submit(server.admit(GoalSpec('Go.', budget_s=6.0, mode=auto,
+                                                max_new_tokens=5), 'fits'))
+            # An earlier deadline would overtake it under EDF and end it at ~6.2 s: refused.
+            with pytest.raises(Rejection, match='push 1 accepted goal'):
+                server.submit(server.admit(GoalSpec('Go.', budget_s=5.9, mode=int(Mode.NONE),
+                                                    max_new_tokens=10), 'pusher'))
+            # Later deadlines queue behind without harm.
+            server.submit(server.admit(GoalSpec('Go.', budget_s=30.0, mode=int(Mode.NONE),
+                                                max_new_tokens=10), 'patient'))
+    finally:
+        server.stop(timeout_s=30.0)
+
+
+def test_batched_goals_join_leave_and_answer_as_they_would_alone(loaded):
+    prompts = ['Stop or go?', 'Report the battery level.', 'Describe the route ahead.',
+               'Is the dock free?']
+    solo, _ = make_server(loaded)
+    try:
+        alone = []
+        for i, text in enumerate(prompts):
+            job = solo.admit(GoalSpec(text, budget_s=60.0, mode=int(Mode.NONE),
+                                      max_new_tokens=6 + i), f's{i}')
+            solo.submit(job)
+            wait_all([job])
+            alone.append(job.result.text)
+    finally:
+        solo.stop()
+    config = NodeConfig.from_dict({
+        'model': 'tiny-random', 'calibrate_on_start': False, 'warm_up': False,
+        'length_predictor': 'max-new-tokens', 'auto_precision': '', 'max_batch': 4})
+    batched = Server(Assembly(config, loaded, Log()), lambda *args: None)
+    try:
+        with batched.assembly.model_lock:  # all four queue, then join the first one
+            jobs = [batched.admit(GoalSpec(text, budget_s=60.0, mode=int(Mode.NONE),
+                                           max_new_tokens=6 + i), f'b{i}')
+                    for i, text in enumerate(prompts)]
+            for job in jobs:
+                batched.submit(job)
+        wait_all(jobs)
+        assert [job.result.text for job in jobs] == alone
+        assert all(job.result.outcome == Outcome.COMPLETED for job in jobs)
+        assert max(job.result.batch_peak for job in jobs) == 4
+        # Each leaves when its own answer ends (6, 7, 8, 9 tokens).
+        assert [job.result.tokens for job in jobs] == [6, 7, 8, 9]
+        # A goal killed at its deadline leaves the batch; the others carry on.
+        with batched.assembly.model_lock:
+            long = batched.admit(GoalSpec('Go on.', budget_s=60.0, mode=int(Mode.NONE),
+                                          max_new_tokens=400), 'long')
+            short = batched.admit(GoalSpec('Go on.', budget_s=0.3, mode=int(Mode.NONE),
+                                           max_new_tokens=1000), 'short')
+            batched.submit(long)
+            batched.submit(short)
+        wait_all([long, short])
+        assert short.result.outcome == Outcome.KILLED
+        assert long.result.outcome == Outcome.COMPLETED and long.result.tokens == 400
+    finally:
+        batched.stop()

@@ -1,0 +1,135 @@
+"""Batched decoding: the bound on this machine, then tokens/s through the node.
+
+``python -m timebill_ros.cli.bench_batch`` (``make bench-batch``):
+
+1. Bound: the embedded model's decode step with 1..N sequences in a
+   ``BatchDecoder`` (prompts of the robot workload, no node): tokens/s = N / step.
+2. Through the node (real action clients over DDS): N goals sent at once with
+   MODE_NONE and a fixed answer length, on a node with ``max_batch`` N and on one
+   with ``max_batch`` 1; tokens/s = answer tokens / time until the last result.
+   A lone goal's time per output token on both nodes gives the batching overhead.
+
+Outputs in --out (default results/batch): bench.json, README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+from pathlib import Path
+import statistics
+import sys
+import time
+
+ROOT = Path(__file__).resolve().parents[2]
+NAMESPACES = {1: '/batch1', 4: '/batch4'}
+
+
+def bound(sizes: list, steps: int, threads: int) -> dict:
+    """Return {batch size: median step seconds} of the bare batched decoder."""
+    from timebill_ros.core.planning import Plan
+    from timebill_ros.evaluation import robot_workload
+    from timebill_ros.runtime.batch import BatchDecoder
+    from timebill_ros.runtime.engine import Engine
+    from timebill_ros.runtime.model import intra_op_threads, load_model, prompt_ids
+    loaded = load_model('embedded')
+    engine = Engine(loaded)
+    items = robot_workload.load('test')
+    out = {}
+    for size in sizes:
+        batch = BatchDecoder(loaded.model, loaded.device)
+        for i in range(size):
+            ids = prompt_ids(loaded.tokenizer, items[i].instruction)
+            cache, token, _ = engine.prefill(ids, Plan())
+            batch.join(f's{i}', cache, token, len(ids))
+        times = []
+        with intra_op_threads(threads):
+            for _ in range(steps):
+                t = time.perf_counter()
+                batch.step()
+                times.append(time.perf_counter() - t)
+        out[size] = statistics.median(times[2:])
+    return out
+
+
+def through_node(size: int, tokens: int, threads: int) -> dict:
+    """Return tokens/s of ``size`` goals at once and a lone goal's TPOT, per max_batch."""
+    from timebill_ros.cli.bench_robot import shipped_params
+    from timebill_ros.ros.client import InstructClient, make_goal
+    from timebill_ros.ros.process import NodeProcess
+    out = {}
+    for max_batch in (1, size):
+        ns = NAMESPACES.get(max_batch, f'/batch{max_batch}')
+        node = NodeProcess({**shipped_params(), 'max_batch': max_batch,
+                            'decode_threads': threads}, ready_timeout=900, namespace=ns)
+        client = InstructClient(f'{ns}/timebill/instruct', f'batch_bench_{max_batch}',
+                                f'{ns}/timebill/responses')
+        try:
+            client.wait_for_server(60)
+            goal = make_goal('Describe the route to the loading dock.', 120.0, mode=1,
+                             max_new_tokens=tokens)
+            client.ask(goal, 200)  # warm
+            lone = client.ask(goal, 200).result
+            start = time.monotonic()
+            runs = [client.send(make_goal(f'Describe route {i} to the loading dock.', 120.0,
+                                          mode=1, max_new_tokens=tokens))
+                    for i in range(size)]
+            results = [client.wait(run, 300).result for run in runs]
+            wall = time.monotonic() - start
+            out[max_batch] = {
+                'tokens_per_s': sum(r.tokens for r in results) / wall, 'wall_s': wall,
+                'answer_tokens': [r.tokens for r in results],
+                'lone_tpot_s': lone.decode_s / max(1, lone.tokens - 1)}
+        finally:
+            client.close()
+            node.stop()
+    return out
+
+
+def main(argv=None) -> int:
+    """Run both parts and write the outputs."""
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--out', default=str(ROOT / 'results' / 'batch'))
+    parser.add_argument('--size', type=int, default=4)
+    parser.add_argument('--tokens', type=int, default=64)
+    parser.add_argument('--steps', type=int, default=20)
+    parser.add_argument('--threads', type=int, default=1, help='decode threads (node default)')
+    args = parser.parse_args(argv)
+    from timebill_ros.cli.bench_eviction import machine
+    from timebill_ros.ros.client import ensure_init
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    steps = bound(list(range(1, args.size + 1)), args.steps, args.threads)
+    ensure_init()
+    node = through_node(args.size, args.tokens, args.threads)
+    report = {'date': datetime.date.today().isoformat(), 'machine': machine(),
+              'command': 'python -m timebill_ros.cli.bench_batch '
+                         + ' '.join(argv if argv is not None else sys.argv[1:]),
+              'minutes': (time.monotonic() - started) / 60, 'bound_step_s': steps,
+              'node': node, 'size': args.size, 'tokens': args.tokens}
+    (out / 'bench.json').write_text(json.dumps(report, indent=1) + '\n', encoding='utf-8')
+    one, many = node[1], node[args.size]
+    lines = [f"# Batched decoding ({report['date']})", '',
+             f"`{report['command']}` on {report['machine']}, {report['minutes']:.1f} min.", '',
+             '| sequences | bare step ms | bare tokens/s | x one |', '|---|---|---|---|']
+    for size, step in steps.items():
+        lines.append(f'| {size} | {step * 1e3:.1f} | {size / step:.1f} | '
+                     f'{(size / step) / (1 / steps[1]):.2f} |')
+    lines += ['', f'Through the node, {args.size} goals of {args.tokens} tokens sent at once:',
+              '', '| node | tokens/s | wall s | lone goal TPOT ms |', '|---|---|---|---|',
+              f"| max_batch 1 | {one['tokens_per_s']:.1f} | {one['wall_s']:.2f} | "
+              f"{one['lone_tpot_s'] * 1e3:.1f} |",
+              f"| max_batch {args.size} | {many['tokens_per_s']:.1f} | {many['wall_s']:.2f} | "
+              f"{many['lone_tpot_s'] * 1e3:.1f} |", '',
+              f"Speed-up {many['tokens_per_s'] / one['tokens_per_s']:.2f}x; lone-goal overhead "
+              f"{many['lone_tpot_s'] / one['lone_tpot_s']:.3f}x."]
+    (out / 'README.md').write_text('\n'.join(lines) + '\n', encoding='utf-8')
+    print('\n'.join(lines))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

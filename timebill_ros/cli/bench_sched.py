@@ -1,0 +1,197 @@
+"""Scheduling benchmark: robot instructions replayed from rosbags through the node, per scheduler.
+
+``python -m timebill_ros.cli.bench_sched`` (``make bench-sched``) starts the node with
+the shipped configuration and one ``scheduler`` at a time (fifo, edf, svf, svf-1bit).
+For every arrival pattern (periodic, Poisson, bursts of 4) and load it writes a
+rosbag of held-out robot-workload instructions (``timebill_bag``'s writer) and
+replays it against the node (``ros/replay.py``: Instructions on ``~/instructions``,
+every Response recorded; a request without one is MISSING, never dropped).
+
+Load rho = arrival rate x mean full-model time of the items sent; each item's
+full-model time T and its budget (a factor of T, cycled from ``--factors``) come
+from the references of a bench_robot run (``--reference``). Goals use MODE_AUTO
+and Kill. Per scheduler, pattern and load: deadline-met rate, goodput (goals met
+per second of the run), P50/P99 queue wait, rejections, lost goals, tokens/s.
+Outputs in --out (default results/sched): bench.json, README.md, met_rate.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+from pathlib import Path
+import random
+import shutil
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from timebill_ros.cli.bench_eviction import machine
+from timebill_ros.cli.bench_robot import shipped_params
+from timebill_ros.core.workload import arrivals, MODES, POLICIES, WorkloadItem
+from timebill_ros.evaluation import robot_workload
+
+ROOT = Path(__file__).resolve().parents[2]
+NAMESPACE = '/sched'
+SCHEDULERS = ('fifo', 'edf', 'svf', 'svf-1bit')
+PATTERNS = ('periodic', 'poisson', 'burst')
+BURST_SIZE = 4
+
+
+def workload(items: list, full_s: dict, factors: tuple, pattern: str, load: float,
+             seed: int) -> list:
+    """Return the WorkloadItems of one run: items in a seeded order, arrivals at ``load``."""
+    rng = random.Random(seed)
+    chosen = [rng.choice(items) for _ in range(len(items))]
+    mean_s = statistics.fmean(full_s[item.id] for item in chosen)
+    rate = load / mean_s
+    times = arrivals(pattern, len(chosen), period_s=BURST_SIZE / rate if pattern == 'burst'
+                     else 1.0 / rate, rate_hz=rate, burst_size=BURST_SIZE, seed=seed)
+    return [WorkloadItem(id=f'{pattern}-{load:g}-{i:03d}-{item.id}',
+                         instruction=item.instruction, context=item.context,
+                         budget_s=round(factors[i % len(factors)] * full_s[item.id], 3),
+                         arrival_s=float(t), policy=POLICIES['kill'], mode=MODES['auto'])
+            for i, (item, t) in enumerate(zip(chosen, times))]
+
+
+def summarise(rows: list, span_s: float) -> dict:
+    """Return the figures of one replay's rows."""
+    n = len(rows)
+    met = sum(bool(r.get('deadline_met')) and r['outcome'] == 'COMPLETED' for r in rows)
+    waits = [r['queue_s'] for r in rows if r.get('queue_s') is not None
+             and r['outcome'] not in ('REJECTED', 'MISSING')]
+    tokens = sum(int(r.get('tokens') or 0) for r in rows)
+    return {'goals': n, 'met': met, 'met_rate': met / n if n else 0.0,
+            'goodput_per_s': met / span_s if span_s > 0 else 0.0,
+            'queue_p50_s': float(np.percentile(waits, 50)) if waits else 0.0,
+            'queue_p99_s': float(np.percentile(waits, 99)) if waits else 0.0,
+            'rejected': sum(r['outcome'] == 'REJECTED' for r in rows),
+            'killed': sum(r['outcome'] == 'KILLED' for r in rows),
+            'lost': sum(r['outcome'] == 'MISSING' for r in rows),
+            'tokens_per_s': tokens / span_s if span_s > 0 else 0.0, 'span_s': span_s}
+
+
+def markdown(report: dict) -> str:
+    """Render the README tables."""
+    lines = [f"# Scheduling through the node ({report['date']})", '',
+             f"`{report['command']}` on {report['machine']}; {report['items']} held-out robot "
+             f"items per run, budgets {report['factors']} x each item's full-model time, "
+             f"MODE_AUTO, Kill; {report['minutes']:.1f} min.", '',
+             '| pattern | load | scheduler | met | goodput /s | queue P50 s | queue P99 s | '
+             'rejected | killed | lost | tokens/s |',
+             '|---|---|---|---|---|---|---|---|---|---|---|']
+    for run in report['runs']:
+        s = run['summary']
+        lines.append(f"| {run['pattern']} | {run['load']:g} | {run['scheduler']} | "
+                     f"{s['met_rate']:.0%} ({s['met']}/{s['goals']}) | "
+                     f"{s['goodput_per_s']:.3f} | {s['queue_p50_s']:.2f} | "
+                     f"{s['queue_p99_s']:.2f} | {s['rejected']} | {s['killed']} | "
+                     f"{s['lost']} | {s['tokens_per_s']:.1f} |")
+    return '\n'.join(lines)
+
+
+def plot(report: dict, out: Path) -> None:
+    """Write met_rate.png: met rate per load, one panel per pattern, a line per scheduler."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    patterns = sorted({r['pattern'] for r in report['runs']})
+    fig, axes = plt.subplots(1, len(patterns), figsize=(4.5 * len(patterns), 3.6),
+                             squeeze=False)
+    for ax, pattern in zip(axes[0], patterns):
+        for name in sorted({r['scheduler'] for r in report['runs']}):
+            runs = sorted((r for r in report['runs']
+                           if r['pattern'] == pattern and r['scheduler'] == name),
+                          key=lambda r: r['load'])
+            ax.plot([r['load'] for r in runs], [r['summary']['met_rate'] for r in runs],
+                    marker='o', label=name)
+        ax.set_title(pattern)
+        ax.set_xlabel('load (arrival rate x mean full-model time)')
+        ax.set_ylim(0, 1.05)
+    axes[0][0].set_ylabel('deadline met')
+    axes[0][-1].legend()
+    fig.tight_layout()
+    fig.savefig(out / 'met_rate.png', dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    """Run the benchmark and write its outputs."""
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--out', default=str(ROOT / 'results' / 'sched'))
+    parser.add_argument('--reference', default=str(ROOT / 'results' / 'robot_auto_int8' /
+                                                   'bench.json'),
+                        help="a bench_robot bench.json: each item's full-model time")
+    parser.add_argument('--schedulers', nargs='+', default=list(SCHEDULERS),
+                        choices=SCHEDULERS)
+    parser.add_argument('--patterns', nargs='+', default=list(PATTERNS), choices=PATTERNS)
+    parser.add_argument('--loads', nargs='+', type=float, default=[0.7, 1.2])
+    parser.add_argument('--items', type=int, default=30, help='goals per run')
+    parser.add_argument('--factors', nargs='+', type=float, default=[1.5, 3.0, 6.0],
+                        help="budgets as multiples of each item's full-model time, cycled")
+    parser.add_argument('--seed', type=int, default=11)
+    args = parser.parse_args(argv)
+    from timebill_ros.ros.client import ensure_init
+    from timebill_ros.ros.process import NodeProcess
+    from timebill_ros.ros import bags
+    from timebill_ros.ros.replay import replay
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(args.reference, encoding='utf-8') as handle:
+        reference = json.load(handle)['runs']['reference']
+    full_s = {r['item']: r['e2e_s'] for r in reference}
+    items = [item for item in robot_workload.load('test') if item.id in full_s]
+    rng = random.Random(args.seed)
+    items = rng.sample(items, min(args.items, len(items)))
+    started = time.monotonic()
+
+    def log(message: str) -> None:
+        print(f'[{time.monotonic() - started:7.1f} s] {message}', flush=True)
+
+    ensure_init()
+    runs = []
+    for scheduler in args.schedulers:
+        log(f'starting the node with scheduler {scheduler}')
+        node = NodeProcess({**shipped_params(), 'scheduler': scheduler}, ready_timeout=900,
+                           namespace=NAMESPACE)
+        try:
+            for pattern in args.patterns:
+                for load in args.loads:
+                    work = workload(items, full_s, tuple(args.factors), pattern, load,
+                                    args.seed)
+                    folder = out / 'runs' / f'{scheduler}-{pattern}-{load:g}'
+                    shutil.rmtree(folder, ignore_errors=True)
+                    bag = bags.write_workload(folder / 'workload_bag', work)
+                    begin = time.monotonic()
+                    result = replay(bag, folder, node=f'{NAMESPACE}/timebill',
+                                    timeout_s=120.0, discovery_timeout_s=30.0, render=False)
+                    summary = summarise(result.rows, time.monotonic() - begin)
+                    log(f'{scheduler} {pattern} load {load:g}: met {summary["met"]}/'
+                        f'{summary["goals"]}, rejected {summary["rejected"]}, lost '
+                        f'{summary["lost"]}')
+                    runs.append({'scheduler': scheduler, 'pattern': pattern, 'load': load,
+                                 'summary': summary, 'rows': result.rows})
+                    (out / 'partial.json').write_text(json.dumps(runs, default=str) + '\n',
+                                                      encoding='utf-8')
+        finally:
+            node.stop()
+    report = {'date': datetime.date.today().isoformat(), 'machine': machine(),
+              'command': 'python -m timebill_ros.cli.bench_sched '
+                         + ' '.join(argv if argv is not None else sys.argv[1:]),
+              'items': len(items), 'factors': args.factors, 'seed': args.seed,
+              'minutes': (time.monotonic() - started) / 60, 'runs': runs}
+    with open(out / 'bench.json', 'w', encoding='utf-8') as handle:
+        json.dump(report, handle, indent=1, default=str)
+    (out / 'README.md').write_text(markdown(report) + '\n', encoding='utf-8')
+    plot(report, out)
+    print(markdown(report))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""ROS-free serving core: admission, scheduling, the worker, Skip-Next and ETE learning."""

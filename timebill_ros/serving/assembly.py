@@ -1,0 +1,270 @@
+"""Assemble what serves goals: model variants, predictor, cut effects, profiles, the pipeline.
+
+``Assembly`` holds what lives as long as the model (variants, predictor, exit heads)
+and builds an immutable ``Pipeline`` (planner, ETE, engine, limits) from a profile;
+a recalibration builds a new pipeline and the server swaps it in one assignment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+import threading
+from typing import Protocol
+
+from timebill_ros.core.config import NodeConfig
+from timebill_ros.core.cuts import CutEffects, SHIPPED as SHIPPED_CUT_EFFECTS
+from timebill_ros.core.early_exit import ExitRule, LayerTimes
+from timebill_ros.core.planning import (
+    EarlyExitConfig, FullModelPlanner, MaxTokensPredictor, TimeBillPlanner)
+from timebill_ros.core.profile import default_path, Profile
+from timebill_ros.core.request import Limits, Mode
+from timebill_ros.core.timing import OnlineTimingModel
+from timebill_ros.runtime.early_exit import LayerwiseDecoder, measure_layer_times
+from timebill_ros.runtime.engine import Engine
+from timebill_ros.runtime.exit_heads import ExitHeads, SHIPPED_EXIT_HEADS
+from timebill_ros.runtime.model import cache_root, ModelLoadError, precision_variant
+from timebill_ros.runtime.predictor import load_predictor, SHIPPED_HEAD
+from timebill_ros.runtime.presses import press_for_plan
+from timebill_ros.runtime.profiler import calibrate, Grid, QUICK
+
+
+class Log(Protocol):
+    """Where the assembly reports (a ROS logger, ``logging``, a list in tests)."""
+
+    def info(self, message: str) -> None:
+        """Report progress."""
+
+    def warning(self, message: str) -> None:
+        """Report a fallback."""
+
+    def error(self, message: str) -> None:
+        """Report a failure the server survived."""
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """Everything a goal is planned and run with, fixed for the lifetime of one profile."""
+
+    planner: object
+    limits: Limits
+    engine: Engine
+    online: OnlineTimingModel | None = None
+    online_variants: dict = field(default_factory=dict)
+    early_exit: EarlyExitConfig | None = None
+
+
+class Assembly:
+    """Build the serving parts of one loaded model from the node's configuration."""
+
+    def __init__(self, config: NodeConfig, loaded, log: Log):
+        """Quantise variants, load predictor, effects and exit heads; warm the model up.
+
+        Raise ValueError on a configuration that cannot work with this model.
+        """
+        self.config, self.loaded, self.log = config, loaded, log
+        self.model_lock = threading.Lock()
+        self.variants = self._make_variants()
+        self.exit_rule, self.exit_heads = self._make_exit_rule()
+        if config.warm_up:
+            self.engine().warm_up(press=config.press)
+        self.predictor = self._make_predictor(config.length_predictor)
+        self.effects = self._load_cut_effects(config.cut_effects)
+        self.profile_path = Path(config.profile) if config.profile else default_path(
+            cache_root(), loaded.name, loaded.device, loaded.dtype)
+
+    def engine(self, exit_decoder=None) -> Engine:
+        """Return a new engine over the model and its resident variants."""
+        return Engine(self.loaded, press_for_plan, exit_decoder=exit_decoder,
+                      variants=self.variants, decode_threads=self.config.decode_threads)
+
+    # -- parts that live as long as the model ------------------------------------------
+
+    def _make_exit_rule(self) -> tuple:
+        """Return (ExitRule, ExitHeads or None), or (None, None) when early exit is off."""
+        layers = self.config.exit_layers()
+        if not layers:
+            return None, None
+        if layers[-1] >= self.loaded.num_layers:
+            raise ValueError(f'early_exit_layers {layers}: the model has '
+                             f'{self.loaded.num_layers} layers (exits must be below the last)')
+        if not hasattr(self.loaded.model, 'model') or \
+                not hasattr(self.loaded.model.model, 'layers'):
+            raise ValueError('early exit needs a Llama-style model (model.model.layers)')
+        rule = ExitRule(layers, self.config.early_exit_threshold_start,
+                        self.config.early_exit_threshold_end)
+        return rule, self._load_exit_heads(layers)
+
+    def _load_exit_heads(self, layers: tuple):
+        """Return the exit heads the parameter asks for (None: logit lens everywhere)."""
+        choice = self.config.early_exit_heads
+        if choice == 'lens':
+            return None
+        path = SHIPPED_EXIT_HEADS if choice == 'shipped' else Path(choice)
+        if not path.is_file():
+            raise ValueError(f'early_exit_heads {choice!r}: no file at {path}')
+        heads = ExitHeads.load(path)
+        if heads.target != self.loaded.name:
+            # Maps are fitted to one model's hidden states.
+            self.log.warning(f'exit heads {path} were fitted on {heads.target!r}, '
+                             f'not {self.loaded.name!r}: using the logit lens')
+            return None
+        covered = [layer for layer in layers if layer in heads.maps]
+        self.log.info(f'exit heads from {path} at layers {covered}; logit lens at '
+                      f'{[layer for layer in layers if layer not in covered]}')
+        return ExitHeads(heads.target, {k: v for k, v in heads.maps.items() if k in covered})
+
+    def _make_predictor(self, choice: str):
+        """Build the answer-length predictor the parameter names (ValueError if unusable)."""
+        if choice == 'max-new-tokens':
+            return MaxTokensPredictor()
+        path = SHIPPED_HEAD if choice == 'rlp' else Path(choice)
+        if not path.is_file():
+            raise ValueError(f'length_predictor {choice!r}: no head file at {path}')
+        try:
+            predictor = load_predictor(path, self.loaded,
+                                       self.config.length_predictor_max_tokens)
+        except ValueError as exc:  # e.g. the head reads a layer this model does not have
+            self.log.warning(f'length predictor {path} does not fit model '
+                             f'{self.loaded.name!r} ({exc}): using max-new-tokens')
+            return MaxTokensPredictor()
+        if predictor.target != self.loaded.name:
+            # Lengths are distilled from one model; another model answers differently.
+            self.log.warning(
+                f'length predictor {path} was trained on {predictor.target!r} answers, not '
+                f'{self.loaded.name!r}: using max-new-tokens instead')
+            return MaxTokensPredictor()
+        self.log.info(f'length predictor {predictor.name} from {path}')
+        return predictor
+
+    def _make_variants(self) -> dict:
+        """Quantise the resident copy MODE_AUTO may decode with ({} when off or unsupported)."""
+        precision = self.config.auto_precision
+        if not precision or precision == self.loaded.dtype:
+            return {}
+        try:
+            variant = precision_variant(self.loaded, precision)
+        except ModelLoadError as exc:
+            self.log.warning(f'auto_precision {precision!r} unavailable: {exc}')
+            return {}
+        self.log.info(f'resident {precision} copy for MODE_AUTO decoding')
+        return {precision: variant}
+
+    def _load_cut_effects(self, choice: str) -> CutEffects:
+        """Read the measured effects of each cut ('' or a mismatch: cuts count as harmless)."""
+        if not choice:
+            return CutEffects()
+        path = SHIPPED_CUT_EFFECTS if choice == 'shipped' else Path(choice)
+        try:
+            effects = CutEffects.load(path)
+        except ValueError as exc:
+            if choice != 'shipped':
+                raise
+            self.log.warning(f'{exc}: cuts are assumed not to change answers')
+            return CutEffects()
+        if self.loaded.name not in effects.source:
+            # Measured on one model's answers; another model reacts differently.
+            self.log.warning(f'cut effects {path} were measured on another model '
+                             f'({effects.source!r}): cuts assumed harmless')
+            return CutEffects()
+        self.log.info(f'cut effects from {path} ({effects.source})')
+        return effects
+
+    # -- profiles and pipelines --------------------------------------------------------
+
+    def start(self) -> Pipeline:
+        """Use the matching profiles, calibrate when allowed, else plan without an ETE."""
+        profile = self._profile_for(self.loaded, self.profile_path)
+        online_variants = {}
+        for precision, variant in self.variants.items():
+            found = self._profile_for(variant, self.variant_profile_path(precision))
+            if found is not None:
+                online_variants[precision] = self._online(found)
+        return self.pipeline(profile, online_variants)
+
+    def recalibrate(self, quick: bool, online_variants: dict) -> tuple:
+        """Calibrate the main model again; return (profile, the pipeline built on it)."""
+        profile = self._calibrate(quick, self.loaded, self.profile_path)
+        return profile, self.pipeline(profile, online_variants)
+
+    def variant_profile_path(self, precision: str) -> Path:
+        """Return where a resident variant's profile lives: beside ``profile`` if set."""
+        if self.config.profile:
+            main = Path(self.config.profile)
+            return main.with_name(f'{main.stem}.{precision}{main.suffix}')
+        return default_path(cache_root(), self.loaded.name, self.loaded.device, precision)
+
+    def _profile_for(self, loaded, path: Path) -> Profile | None:
+        """Return the profile at ``path`` if it matches ``loaded``, else calibrate if allowed."""
+        profile = None
+        if path.is_file():
+            try:
+                profile = Profile.load(path)
+            except ValueError as exc:
+                self.log.warning(str(exc))
+            if profile and not profile.matches(loaded.name, loaded.device, loaded.dtype):
+                self.log.warning(
+                    f'{path} was measured for {profile.model}/{profile.device}/'
+                    f'{profile.dtype}, not this model; ignoring it')
+                profile = None
+        if profile is None and self.config.calibrate_on_start:
+            self.log.info(f'no {loaded.dtype} execution-time profile: calibrating (one-off)')
+            profile = self._calibrate(self.config.calibration_quick, loaded, path)
+        return profile
+
+    def _calibrate(self, quick: bool, loaded, path: Path) -> Profile:
+        with self.model_lock:
+            profile = calibrate(loaded, QUICK if quick else Grid(), progress=False,
+                                decode_threads=self.config.decode_threads)
+        profile.save(path)
+        self.log.info(
+            f'calibrated {loaded.dtype}: held-out MAPE prefill '
+            f'{profile.heldout["prefill_mape_pct"]:.2f}%, decode step '
+            f'{profile.heldout["decode_mape_pct"]:.2f}%; saved {path}')
+        return profile
+
+    def _online(self, profile: Profile) -> OnlineTimingModel:
+        """Return an online-refit ETE seeded with a profile's measurements."""
+        online = OnlineTimingModel(profile.timing_model(), self.config.ete_window,
+                                   self.config.ete_forgetting)
+        online.seed([tuple(p) for p in profile.prefill_points],
+                    [tuple(p) for p in profile.decode_points])
+        return online
+
+    def _early_exit_from(self, profile: Profile) -> EarlyExitConfig:
+        """Pair the exit rule with per-layer times from the profile (measured if absent)."""
+        stored = profile.layer_times or {}
+        if len(stored.get('layers_s') or ()) == self.loaded.num_layers:
+            times, source = LayerTimes(tuple(stored['layers_s']), stored['head_s']), 'profile'
+        else:
+            with self.model_lock:
+                times = measure_layer_times(self.loaded, n_kv=512, steps=4)
+            source = 'measured now (profile has none)'
+        self.log.info(
+            f'early exit at layers {self.exit_rule.exit_layers}: per-layer times from '
+            f'{source}: layer {sum(times.layers) * 1e3 / len(times.layers):.2f} ms mean, '
+            f'head {times.head_s * 1e3:.2f} ms, full step {times.full_s * 1e3:.1f} ms')
+        return EarlyExitConfig(self.exit_rule, times)
+
+    def pipeline(self, profile: Profile | None, online_variants: dict) -> Pipeline:
+        """Build the planner, ETE and engine for ``profile`` (None: no ETE, full model only)."""
+        config = self.config
+        early_exit = self._early_exit_from(profile) \
+            if profile is not None and self.exit_rule is not None else None
+        engine = self.engine(LayerwiseDecoder(
+            self.loaded, early_exit.rule, early_exit.layer_times, heads=self.exit_heads)
+            if early_exit is not None else None)
+        if profile is None:
+            self.log.warning('no execution-time profile: MODE_EVICTION unavailable')
+            return Pipeline(FullModelPlanner(), config.limits(), engine)
+        online = self._online(profile)
+        precisions = {precision: (lambda variant=variant: variant.model)
+                      for precision, variant in online_variants.items()}
+        planner = TimeBillPlanner(lambda: online.model, self.predictor, config.alpha_max,
+                                  config.press, config.infeasible, config.time_margin,
+                                  early_exit, config.tpot_jitter, config.plan_quantile,
+                                  config.admit_probability, config.min_cut_saving,
+                                  config.auto_early_exit, precisions, self.effects)
+        modes = {Mode.AUTO, Mode.NONE, Mode.EVICTION}
+        limits = config.limits(modes | {Mode.EARLY_EXIT} if early_exit is not None else modes)
+        return Pipeline(planner, limits, engine, online, dict(online_variants), early_exit)

@@ -1,0 +1,59 @@
+"""One admitted goal and the hooks its caller (an action goal, a topic) gives the server."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import threading
+from typing import Callable
+
+from timebill_ros.core.deadline import DeadlineClock
+from timebill_ros.core.execution import Feedback, JobResult
+from timebill_ros.core.planning import Plan
+from timebill_ros.core.request import Request
+from timebill_ros.core.scheduling import Waiting
+
+
+def _never() -> bool:
+    return False
+
+
+def _nothing(*args) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class JobHooks:
+    """How the server talks back to whoever sent the goal."""
+
+    cancel_requested: Callable[[], bool] = _never
+    # Called when the job leaves the queue (to run, or to end without running).
+    on_start: Callable[[], None] = _nothing
+    on_feedback: Feedback = _nothing
+
+
+@dataclass(eq=False)
+class Job:
+    """One admitted goal waiting for or holding the model."""
+
+    key: str
+    request: Request
+    prompt_ids: list
+    clock: DeadlineClock
+    plan: Plan
+    hooks: JobHooks = field(default_factory=JobHooks)
+    done: threading.Event = field(default_factory=threading.Event)
+    result: JobResult | None = None
+
+    def waiting(self) -> Waiting:
+        """Return what a scheduler orders this job by.
+
+        A length predicted only during prefill is unknown while the goal waits: the
+        scheduler then sees the goal's cap.
+        """
+        pending = 'pending' in self.plan.predictor or not self.plan.predicted_tokens
+        return Waiting(self.clock.deadline, len(self.prompt_ids),
+                       self.request.max_new_tokens if pending else self.plan.predicted_tokens)
+
+    def cancel_requested(self) -> bool:
+        """Tell whether the caller asked to cancel."""
+        return self.hooks.cancel_requested()

@@ -1,0 +1,478 @@
+"""The serving core: admit goals, queue them under a scheduler, run them alone or batched.
+
+ROS-free: the node (ros/node.py) converts messages into ``admit``/``hold``/``start``
+calls and publishes what ``on_finished`` hands back. One worker thread owns the
+model; everything else touches only the queue, under one lock, with timed waits.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+from timebill_ros.core.deadline import DeadlineClock, SkipNextTracker
+from timebill_ros.core.execution import (
+    ended_before_start, JobResult, JobRun, PrefillDecision, run_job, TokenEvent)
+from timebill_ros.core.planning import Plan, TimeBillPlanner
+from timebill_ros.core.profile import Profile
+from timebill_ros.core.request import check_prompt_fits, Mode, Outcome, Rejection, validate
+from timebill_ros.core.scheduling import make_scheduler
+from timebill_ros.core.telemetry import GoalRecord, Telemetry
+from timebill_ros.runtime.batch import BatchDecoder
+from timebill_ros.runtime.engine import StreamDecoder
+from timebill_ros.runtime.model import intra_op_threads, prompt_ids
+from timebill_ros.serving.assembly import Assembly, Pipeline
+from timebill_ros.serving.jobs import Job, JobHooks
+
+WORKER_POLL_S = 0.2
+
+# (job, result, ETE estimate s, ETE error %): called once per finished job, any thread.
+Finished = Callable[[Job, JobResult, float, float], None]
+
+
+class _Refused(Rejection):
+    """The re-plan at the start of a job refused it (after queueing)."""
+
+
+class _Member:
+    """A job decoding in a batch: its rules, its engine stats and its text stream."""
+
+    def __init__(self, job: Job, run: JobRun, stats, decoder: StreamDecoder):
+        self.job, self.run, self.stats, self.decoder = job, run, stats, decoder
+
+    def emit(self, token: int, eos_ids) -> bool:
+        """Stream one token as the engine's loop does; return False when the job ends."""
+        if token in eos_ids:
+            self.stats.stop = 'eos'
+            return False
+        self.stats.tokens += 1
+        event = TokenEvent(index=self.stats.tokens - 1, token_id=token,
+                           text_delta=self.decoder.push(token), time=time.monotonic())
+        if not self.run.on_token(event):
+            self.stats.stop = 'stopped'
+            return False
+        if self.stats.tokens >= self.job.request.max_new_tokens:
+            self.stats.stop = 'max_tokens'
+            return False
+        return True
+
+
+class Server:
+    """Admission, scheduling, the worker, Skip-Next and online ETE learning for one model."""
+
+    def __init__(self, assembly: Assembly, on_finished: Finished, scheduler: str = ''):
+        """Build the first pipeline (profiles, calibration) and start the worker thread.
+
+        ``scheduler`` overrides the configured one (``config.scheduler``).
+        """
+        self.assembly, self.config, self.log = assembly, assembly.config, assembly.log
+        self.loaded, self.predictor = assembly.loaded, assembly.predictor
+        self.on_finished = on_finished
+        self.pipeline: Pipeline = assembly.start()
+        self.telemetry = Telemetry(window=self.config.miss_window)
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
+        self._queue = make_scheduler(scheduler or self.config.scheduler, self.config.queue_length)
+        self._held: dict = {}
+        self._jobs: dict = {}
+        self._skip = SkipNextTracker()
+        self._running: dict = {}  # key -> (job, started at)
+        # Answer length assumed for a waiting goal whose length is predicted only in its
+        # prefill: a running mean of finished answers.
+        self._typical_tokens = 32.0
+        self._stopping = False
+        self._worker = threading.Thread(target=self._work_loop, name='timebill-worker',
+                                        daemon=True)
+        self._worker.start()
+
+    @property
+    def scheduler(self) -> str:
+        """Return the name of the queue's ordering."""
+        return self._queue.name
+
+    # -- admission --------------------------------------------------------------------
+
+    def admit(self, spec, key: str, will_run: bool = True) -> Job:
+        """Validate, tokenize and plan a goal; raise Rejection with the reason.
+
+        A goal that will run and whose length is predicted during its prefill is
+        admitted on the plan for a 1-token answer (rejected only if even that
+        misses); a dry run (``will_run`` False, the ~/plan service) predicts now.
+        """
+        accepted_at = time.monotonic()  # the budget counts from arrival, validation included
+        pipeline = self.pipeline
+        request = validate(spec, pipeline.limits)
+        clock = DeadlineClock(accepted_at, request.budget_s)
+        ids = prompt_ids(self.loaded.tokenizer, request.instruction, request.context,
+                         lock=self.loaded.tokenizer_lock)
+        check_prompt_fits(len(ids), self.loaded.context_window)
+        pending = will_run and self._predict_in_prefill(pipeline, request)
+        plan = pipeline.planner.plan(request, len(ids), clock.remaining(), pending=pending)
+        return Job(key=key, request=request, prompt_ids=ids, clock=clock, plan=plan)
+
+    def _predict_in_prefill(self, pipeline: Pipeline, request) -> bool:
+        """Say whether this goal's length comes from its own prefill's hidden states."""
+        return (self.config.length_predictor_in_prefill and request.expected_tokens <= 0
+                and isinstance(pipeline.planner, TimeBillPlanner)
+                and getattr(self.predictor, 'prefill_layer', 0) > 0)
+
+    def check_room(self) -> None:
+        """Raise Rejection when no goal can wait."""
+        with self._lock:
+            self._check_room()
+
+    def _check_room(self) -> None:
+        waiting = len(self._queue) + len(self._held)
+        if waiting >= self._queue.capacity:
+            raise Rejection(
+                f'queue full ({waiting} goals waiting, queue_length {self._queue.capacity})')
+
+    def hold(self, job: Job) -> None:
+        """Reserve a place for an admitted job until ``start`` (Rejection when full)."""
+        with self._lock:
+            self._check_room()
+            self._fit_in_queue(job)
+            self._held[job.key] = job
+
+    def start(self, key: str, hooks: JobHooks) -> Job:
+        """Queue a held job with its caller's hooks."""
+        with self._lock:
+            job = self._held.pop(key)
+            job.hooks = hooks
+            self._enqueue(job)
+        return job
+
+    def submit(self, job: Job, hooks: JobHooks = JobHooks()) -> None:
+        """Queue an admitted job at once (Rejection when full)."""
+        with self._lock:
+            self._check_room()
+            self._fit_in_queue(job)
+            job.hooks = hooks
+            self._enqueue(job)
+
+    def _expected_s(self, job: Job, model) -> float:
+        """Return the ETE's time for a job's predicted (not worst-case) answer."""
+        plan, n_x = job.plan, len(job.prompt_ids)
+        known = plan.predicted_tokens and 'pending' not in plan.predictor
+        tokens = plan.predicted_tokens if known else self._typical_tokens
+        return model.prefill(n_x) + model.decode((1.0 - plan.eviction_ratio) * n_x, tokens)
+
+    def _fit_in_queue(self, job: Job) -> None:
+        """Re-plan a newcomer for the time left after its expected wait (lock held).
+
+        Raise Rejection when the planner refuses it after that wait, or when, under an
+        ordering that lets it overtake (EDF, SVF), it would push an accepted goal that
+        is expected to meet its deadline past it. Expected times use predicted lengths,
+        so a queue is not judged on worst cases.
+        """
+        pipeline = self.pipeline
+        if not self.config.queue_aware_admission or pipeline.online is None:
+            return
+        model, now = pipeline.online.model, time.monotonic()
+        ahead, behind = self._queue.ahead(job.waiting())
+        wait = sum(self._expected_s(other, model) for other in [*self._held.values(), *ahead])
+        for running, since in self._running.values():  # in a batch they overlap: an upper bound
+            wait += max(0.0, self._expected_s(running, model) - (now - since))
+        if wait > 0.0:
+            pending = 'pending' in job.plan.predictor
+            try:
+                job.plan = pipeline.planner.plan(
+                    job.request, len(job.prompt_ids), job.clock.remaining(now) - wait,
+                    None if pending else job.plan.predicted_tokens, pending=pending)
+            except Rejection as exc:
+                raise Rejection(f'after an expected {wait:.2f} s wait behind '
+                                f'{len(ahead) + len(self._held) + len(self._running)}'
+                                f' goals: {exc.reason}', exc.plan) from None
+        mine, start, pushed = self._expected_s(job, model), wait, []
+        for other in behind:  # dispatch order: each starts after those before it
+            end = start + self._expected_s(other, model)
+            if end <= other.clock.remaining(now) < end + mine:
+                pushed.append(other.key[:8])
+            start = end
+        if pushed:
+            raise Rejection(f'accepting it ahead of them ({self._queue.name}) would push '
+                            f'{len(pushed)} accepted goal(s) past their deadlines: '
+                            f'{", ".join(pushed)}', job.plan)
+
+    def _enqueue(self, job: Job) -> None:
+        """Queue a job (lock held)."""
+        self._queue.push(job, job.waiting())
+        self._jobs[job.key] = job
+        self.telemetry.accepted()
+        self._work.notify()
+
+    def rejected(self, plan: Plan | None) -> None:
+        """Count a goal refused at admission."""
+        with self._lock:
+            self.telemetry.rejected()
+            if plan is not None and not plan.feasible:
+                self.telemetry.deadline_rejection(plan.fit_probability)
+
+    def job(self, key: str) -> Job | None:
+        """Return a queued or running job."""
+        with self._lock:
+            return self._jobs.get(key)
+
+    def forget(self, key: str) -> None:
+        """Drop a finished job whose result was delivered."""
+        with self._lock:
+            self._jobs.pop(key, None)
+
+    def cancel(self, key: str) -> bool:
+        """End a job now if it is still queued; return whether it was.
+
+        A running job sees its caller's cancel request at the next token boundary.
+        """
+        with self._lock:
+            job = self._jobs.get(key)
+            queued = job is not None and self._queue.remove(job)
+        if queued:
+            job.hooks.on_start()
+            self._finish(job, ended_before_start(job.clock, Outcome.CANCELED,
+                                                 'canceled while queued', job.plan))
+        return queued
+
+    # -- execution --------------------------------------------------------------------
+
+    def _take(self, block: bool):
+        """Pop the job to run next and start it: (job, skip reason), or None.
+
+        None when stopping, or when nothing waits and ``block`` is False.
+        """
+        with self._lock:
+            while block and not self._stopping and len(self._queue) == 0:
+                self._work.wait(WORKER_POLL_S)
+            if self._stopping or len(self._queue) == 0:
+                return None
+            job = self._queue.pop()
+            # Skip-Next skips the job dispatched next, whatever the ordering.
+            skip_reason = self._skip.take()
+            self._running[job.key] = (job, time.monotonic())
+        job.hooks.on_start()
+        return job, skip_reason
+
+    def _done(self, job: Job, result: JobResult) -> None:
+        with self._lock:
+            self._running.pop(job.key, None)
+            self._skip.record(job.request.policy, result.outcome, result.deadline_met,
+                              job.key, len(self._queue))
+        self._finish(job, result)
+
+    def _work_loop(self) -> None:
+        while True:
+            taken = self._take(block=True)
+            if taken is None:
+                return
+            job, skip_reason = taken
+            try:
+                with self.assembly.model_lock:
+                    if self.config.max_batch > 1 and not skip_reason:
+                        self._run_batch(job)  # ends every job it runs, this one included
+                        continue
+                    result = self._run(job, skip_reason)
+            except Exception as exc:  # noqa: BLE001 - the worker must survive any goal
+                self.log.error(f'goal {job.key} failed: {exc!r}')
+                result = ended_before_start(job.clock, Outcome.FAILED,
+                                            f'internal error: {exc!r}', job.plan)
+            self._done(job, result)
+
+    def _start_plan(self, pipeline: Pipeline, job: Job) -> tuple:
+        """Return (plan, PrefillDecision or None) for a job about to run.
+
+        Raise Rejection when the re-plan for the time left after queueing refuses it.
+        """
+        request, n_prompt = job.request, len(job.prompt_ids)
+        if self._predict_in_prefill(pipeline, request):
+            left = job.clock.remaining()  # at the start of prefill, which the plan covers
+            predictor = self.predictor
+
+            def plan_from(hidden) -> Plan:
+                return pipeline.planner.plan(request, n_prompt, left,
+                                             predictor.predict_from_hidden(hidden, request))
+            return job.plan, PrefillDecision(predictor.prefill_layer, plan_from)
+        try:
+            return pipeline.planner.plan(request, n_prompt, job.clock.remaining(),
+                                         job.plan.predicted_tokens or None), None
+        except Rejection as exc:
+            raise _Refused(f'after {job.clock.elapsed():.3f} s in queue: {exc.reason}',
+                           job.plan) from None
+
+    def _run(self, job: Job, skip_reason: str) -> JobResult:
+        if skip_reason:
+            return ended_before_start(job.clock, Outcome.SKIPPED, skip_reason, job.plan)
+        pipeline = self.pipeline  # one pipeline for the whole goal, even across a reload
+        try:
+            plan, decide = self._start_plan(pipeline, job)
+        except Rejection as exc:
+            return ended_before_start(job.clock, Outcome.REJECTED, exc.reason, job.plan)
+        return run_job(pipeline.engine, job.prompt_ids, job.request, plan, job.clock,
+                       job.cancel_requested, job.hooks.on_feedback, decide)
+
+    def _run_batch(self, first: Job) -> None:
+        """Decode ``first`` and the jobs that join at token boundaries together.
+
+        Rule: a job whose plan (made at start or in its prefill) lowers precision or
+        exits early decodes alone at once; the batch waits meanwhile. Fallback
+        switches apply to goals decoding alone only.
+        """
+        pipeline, engine = self.pipeline, self.pipeline.engine
+        batch = BatchDecoder(self.loaded.model, self.loaded.device)
+        members: dict = {}
+
+        def admit(job: Job, skip_reason: str) -> None:
+            if skip_reason:
+                self._done(job, ended_before_start(job.clock, Outcome.SKIPPED, skip_reason,
+                                                   job.plan))
+                return
+            run = JobRun(job.request, job.plan, job.clock, job.cancel_requested,
+                         job.hooks.on_feedback)
+            ended = run.before_start()
+            try:
+                if ended is None:
+                    run.plan, decide = self._start_plan(pipeline, job)
+                    cache, token, stats = engine.prefill(job.prompt_ids, run.plan, decide)
+                    run.plan = stats.plan
+            except _Refused as exc:
+                ended = ended_before_start(job.clock, Outcome.REJECTED, exc.reason, job.plan)
+            except Rejection as exc:  # refused by the plan made in its prefill
+                ended = run.failed(exc)
+            except Exception as exc:  # noqa: BLE001 - any engine failure ends the goal
+                ended = run.failed(exc)
+            if ended is not None:
+                self._done(job, ended)
+                return
+            if run.plan.precision or run.plan.mode == Mode.EARLY_EXIT:
+                try:
+                    ended = run.finish(engine.decode(cache, token, len(job.prompt_ids),
+                                                     job.request.max_new_tokens, stats,
+                                                     run.on_token))
+                except Exception as exc:  # noqa: BLE001
+                    ended = run.failed(exc)
+                self._done(job, ended)
+                return
+            member = _Member(job, run, stats, StreamDecoder(self.loaded.tokenizer,
+                                                            self.loaded.tokenizer_lock))
+            if member.emit(token, self.loaded.eos_ids):
+                stats.batch_peak = max(stats.batch_peak, len(batch) + 1)
+                batch.join(job.key, cache, token, len(job.prompt_ids))
+                members[job.key] = member
+            else:
+                self._done(job, run.finish(stats))
+
+        admit(first, '')
+        while members:
+            while len(batch) < self.config.max_batch:
+                taken = self._take(block=False)
+                if taken is None:
+                    break
+                admit(*taken)
+            t = time.monotonic()
+            try:
+                with intra_op_threads(self.config.decode_threads):
+                    tokens = batch.step()
+            except Exception as exc:  # noqa: BLE001 - the whole batch fails together
+                for member in members.values():
+                    self._done(member.job, member.run.failed(exc))
+                return
+            step_s = time.monotonic() - t
+            for key, token in tokens.items():
+                member = members[key]
+                member.stats.step_times.append(step_s)
+                member.stats.batch_peak = max(member.stats.batch_peak, len(tokens))
+                if not member.emit(token, self.loaded.eos_ids):
+                    batch.leave(key)
+                    del members[key]
+                    self._done(member.job, member.run.finish(member.stats))
+
+    def _finish(self, job: Job, result: JobResult) -> None:
+        """Learn from, count and hand over a finished job's result."""
+        estimate, error = learn_timing(self.pipeline, job, result)
+        with self._lock:
+            self.telemetry.finished(GoalRecord(result.outcome, result.deadline_met,
+                                               result.e2e_s, result.step_times))
+            if estimate:
+                self.telemetry.ete_error(error)
+            if result.outcome == Outcome.REJECTED and not result.plan.feasible:
+                self.telemetry.deadline_rejection(result.plan.fit_probability)
+            if result.outcome == Outcome.COMPLETED:
+                # Only finished answers have a true length (a killed one was cut short).
+                self._typical_tokens = 0.9 * self._typical_tokens + 0.1 * result.tokens
+                if result.plan.predicted_tokens:
+                    self.telemetry.length_error(result.plan.predicted_tokens, result.tokens)
+        try:
+            self.on_finished(job, result, estimate, error)
+        finally:
+            job.result = result
+            job.done.set()
+
+    # -- profiles, status, shutdown ------------------------------------------------------
+
+    def recalibrate(self, quick: bool) -> Profile:
+        """Calibrate the model again and swap in the pipeline built on the new profile."""
+        profile, pipeline = self.assembly.recalibrate(quick, self.pipeline.online_variants)
+        self.pipeline = pipeline  # one reference swap: a running goal keeps its own
+        return profile
+
+    def status(self) -> tuple:
+        """Return (telemetry summary, facts for diagnostics)."""
+        pipeline = self.pipeline
+        with self._lock:
+            summary = self.telemetry.summary()
+            extra = {'queue_length': len(self._queue), 'executing': len(self._running),
+                     'scheduler': self._queue.name}
+        extra.update({'planner': type(pipeline.planner).__name__,
+                      'auto_precision': ','.join(pipeline.online_variants),
+                      'early_exit_layers': ','.join(map(str, pipeline.early_exit.rule.exit_layers))
+                      if pipeline.early_exit else ''})
+        if pipeline.online is not None:
+            model = pipeline.online.model
+            extra.update({'ete_step_s_per_kv_token': model.p, 'ete_step_base_s': model.q,
+                          # measured / fitted time per phase: > 1 means slower than calibrated
+                          'ete_drift_prefill': round(pipeline.online.drift_prefill, 4),
+                          'ete_drift_decode': round(pipeline.online.drift_decode, 4)})
+        return summary, extra
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop the worker thread (the running goal ends first)."""
+        with self._lock:
+            self._stopping = True
+            self._work.notify_all()
+        self._worker.join(timeout=timeout_s)
+
+
+def learn_timing(pipeline: Pipeline, job: Job, result: JobResult) -> tuple:
+    """Compare the ETE with what ran, then refit it online; return (estimate, error %)."""
+    online = pipeline.online
+    if online is None or result.prefill_s <= 0.0:
+        return 0.0, 0.0
+    model = online.model
+    n_x = len(job.prompt_ids)
+    if result.plan.mode == Mode.EARLY_EXIT:
+        # Exited steps are shorter than the decode model's full-depth steps: keep
+        # them out of its fit (and out of the ETE error); the prefill still counts.
+        online.observe(n_x, result.prefill_s, result.kv_tokens, ())
+        return 0.0, 0.0
+    if result.batch_peak > 1:
+        # Batched steps are not the single-sequence steps the ETE models: prefill only.
+        online.observe(n_x, result.prefill_s, result.kv_tokens, ())
+        return 0.0, 0.0
+    switched = pipeline.online_variants.get(result.switched_to)
+    variant = pipeline.online_variants.get(result.plan.precision)
+    if switched is not None and result.switched_at >= 0:
+        # Full-precision steps up to the switch, the fallback precision's after it.
+        at, steps = result.switched_at, result.step_times
+        estimate = model.prefill(n_x) + model.decode(result.kv_tokens, at + 1) + \
+            switched.model.decode(result.kv_tokens + at, result.tokens - at)
+        online.observe(n_x, result.prefill_s, result.kv_tokens, steps[:at])
+        switched.observe(n_x, 0.0, result.kv_tokens + at, steps[at:])
+    elif variant is not None:
+        # Prefill ran at full precision, the decode steps on the variant.
+        estimate = model.prefill(n_x) + variant.model.decode(result.kv_tokens, result.tokens)
+        online.observe(n_x, result.prefill_s, result.kv_tokens, ())
+        variant.observe(n_x, 0.0, result.kv_tokens, result.step_times)
+    else:
+        estimate = model.prefill(n_x) + model.decode(result.kv_tokens, result.tokens)
+        online.observe(n_x, result.prefill_s, result.kv_tokens, result.step_times)
+    actual = result.prefill_s + result.decode_s
+    return estimate, (estimate - actual) / actual * 100.0
