@@ -77,7 +77,9 @@ def test_a_500_goal_burst_from_threads_and_processes_loses_nothing(node):
         c.close()
     for proc in others:
         out, _ = proc.communicate(timeout=BUDGET_S + 150)
-        summary = json.loads(out.strip().splitlines()[-1])
+        lines = [line for line in out.splitlines() if line.startswith('{')]
+        assert lines, out[-3000:]
+        summary = json.loads(lines[-1])
         assert summary['sent'] == 100 and summary['lost'] == 0, out
         seen['result'] += summary['results']
         seen['reason'] += summary['reasons']
