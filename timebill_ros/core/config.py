@@ -38,7 +38,7 @@ PARAMS = (
           1.0, 100.0),
     Param('max_budget_s', 600.0, 'Largest time budget a goal may carry (s).', 0.001, 86400.0),
     Param('queue_length', 8, 'Goals that may wait while one runs; more are rejected.', 1, 1000),
-    Param('scheduler', 'fifo', "Order of waiting goals: 'fifo', 'edf' (earliest deadline "
+    Param('scheduler', 'edf', "Order of waiting goals: 'fifo', 'edf' (earliest deadline "
           "first), 'svf' (smallest predicted memory-time volume first) or 'svf-1bit' (SVF "
           'from a short/long guess). Skip-Next skips the goal dispatched next in this order.',
           choices=('fifo', 'edf', 'svf', 'svf-1bit')),
@@ -141,7 +141,7 @@ class NodeConfig:
     pessimistic_factor: float = 1.0
     max_budget_s: float = 600.0
     queue_length: int = 8
-    scheduler: str = 'fifo'
+    scheduler: str = 'edf'
     queue_aware_admission: bool = True
     max_batch: int = 1
     qos_depth: int = 1000
