@@ -117,6 +117,16 @@ class Bench:
                 'switched': 'decoding from answer token' in res.reason}
 
 
+def write_outputs(out: Path, report: dict, markdown, plot) -> None:
+    """Write bench.json, README.md (``markdown(report)``) and the plots; print the tables."""
+    with open(out / 'bench.json', 'w', encoding='utf-8') as handle:
+        json.dump(report, handle, indent=1, default=str)
+    text = markdown(report)
+    (out / 'README.md').write_text(text + '\n', encoding='utf-8')
+    plot(report, out)
+    print(text)
+
+
 def quality(item, text: str, reference: str) -> float:
     """Score an answer: exact match where the item has a reference, else ROUGE-L."""
     exact = robot_workload.score(item, text)
@@ -380,11 +390,7 @@ def main(argv=None) -> int:
               'full_time_s': {'median': statistics.median(full.values()),
                               'min': min(full.values()), 'max': max(full.values())},
               'runs': runs}
-    with open(out / 'bench.json', 'w', encoding='utf-8') as handle:
-        json.dump(report, handle, indent=1, default=str)
-    (out / 'README.md').write_text(markdown(report) + '\n', encoding='utf-8')
-    plot(report, out)
-    print(markdown(report))
+    write_outputs(out, report, markdown, plot)
     return 0
 
 

@@ -30,7 +30,7 @@ import time
 import numpy as np
 
 from timebill_ros.cli.bench_eviction import machine
-from timebill_ros.cli.bench_robot import shipped_params
+from timebill_ros.cli.bench_robot import shipped_params, write_outputs
 from timebill_ros.core.workload import arrivals, MODES, POLICIES, WorkloadItem
 from timebill_ros.evaluation import robot_workload
 
@@ -185,11 +185,7 @@ def main(argv=None) -> int:
                          + ' '.join(argv if argv is not None else sys.argv[1:]),
               'items': len(items), 'factors': args.factors, 'seed': args.seed,
               'minutes': (time.monotonic() - started) / 60, 'runs': runs}
-    with open(out / 'bench.json', 'w', encoding='utf-8') as handle:
-        json.dump(report, handle, indent=1, default=str)
-    (out / 'README.md').write_text(markdown(report) + '\n', encoding='utf-8')
-    plot(report, out)
-    print(markdown(report))
+    write_outputs(out, report, markdown, plot)
     return 0
 
 

@@ -13,6 +13,10 @@ from timebill_ros.core.request import Mode, Rejection, Request
 from timebill_ros.core.timing import TimingModel, worst_case_tokens
 
 
+# Marks the predictor of a plan whose length is only predicted during the goal's prefill.
+PENDING = '(pending: predicted in prefill)'
+
+
 @dataclass(frozen=True)
 class Fallback:
     """Switch the decode steps to a faster resident precision when the time left runs short.
@@ -71,6 +75,11 @@ class Plan:
     precision: str = ''
     # A faster precision the decode switches to when the time left runs short.
     fallback: Fallback | None = None
+
+    @property
+    def length_pending(self) -> bool:
+        """Tell whether the answer length is still to be predicted (in prefill)."""
+        return self.predictor.endswith(PENDING)
 
 
 class Planner(Protocol):
@@ -424,7 +433,7 @@ class TimeBillPlanner:
         if request.expected_tokens > 0:
             predicted, predictor = request.expected_tokens, 'caller'
         elif pending:
-            predicted, predictor = 1, f'{predictor} (pending: predicted in prefill)'
+            predicted, predictor = 1, f'{predictor} {PENDING}'
         else:
             if predicted is None:
                 predicted = int(self.predictor.predict(request, prompt_tokens))

@@ -50,7 +50,7 @@ class Job:
         A length predicted only during prefill is unknown while the goal waits: the
         scheduler then sees the goal's cap.
         """
-        pending = 'pending' in self.plan.predictor or not self.plan.predicted_tokens
+        pending = self.plan.length_pending or not self.plan.predicted_tokens
         return Waiting(self.clock.deadline, len(self.prompt_ids),
                        self.request.max_new_tokens if pending else self.plan.predicted_tokens)
 

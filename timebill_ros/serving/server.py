@@ -154,7 +154,7 @@ class Server:
     def _expected_s(self, job: Job, model) -> float:
         """Return the ETE's time for a job's predicted (not worst-case) answer."""
         plan, n_x = job.plan, len(job.prompt_ids)
-        known = plan.predicted_tokens and 'pending' not in plan.predictor
+        known = plan.predicted_tokens and not plan.length_pending
         tokens = plan.predicted_tokens if known else self._typical_tokens
         return model.prefill(n_x) + model.decode((1.0 - plan.eviction_ratio) * n_x, tokens)
 
@@ -175,7 +175,7 @@ class Server:
         for running, since in self._running.values():  # in a batch they overlap: an upper bound
             wait += max(0.0, self._expected_s(running, model) - (now - since))
         if wait > 0.0:
-            pending = 'pending' in job.plan.predictor
+            pending = job.plan.length_pending
             try:
                 job.plan = pipeline.planner.plan(
                     job.request, len(job.prompt_ids), job.clock.remaining(now) - wait,
