@@ -28,3 +28,28 @@ def test_summary_counts_lost_and_rejected_goals():
     assert (s['met'], s['rejected'], s['killed'], s['lost']) == (1, 1, 1, 1)
     assert s['goodput_per_s'] == pytest.approx(0.1) and s['tokens_per_s'] == pytest.approx(1.4)
     assert s['queue_p50_s'] == pytest.approx(1.0)
+
+
+def test_false_rejections_are_goals_refused_that_admit_all_met_in_the_same_workload():
+    from timebill_ros.cli.bench_sched import ADMIT_ALL, false_rejections, markdown
+
+    def run(strategy, load, rows):
+        return {'strategy': strategy, 'scheduler': 'edf', 'pattern': 'burst', 'load': load,
+                'rows': rows, 'summary': summarise(rows, 10.0)}
+    rows_edf = [{'id': 'a', 'outcome': 'REJECTED', 'queue_s': 0.0},
+                {'id': 'b', 'outcome': 'REJECTED', 'queue_s': 0.0},
+                {'id': 'c', 'outcome': 'COMPLETED', 'deadline_met': True, 'queue_s': 0.1}]
+    rows_all = [{'id': 'a', 'outcome': 'COMPLETED', 'deadline_met': True, 'queue_s': 0.1},
+                {'id': 'b', 'outcome': 'KILLED', 'deadline_met': False, 'queue_s': 0.1},
+                {'id': 'c', 'outcome': 'COMPLETED', 'deadline_met': True, 'queue_s': 0.1}]
+    runs = [run('edf', 1.5, rows_edf), run(ADMIT_ALL, 1.5, rows_all),
+            {**run('fifo', 0.8, rows_edf), 'strategy': None}]  # an old run: scheduler only
+    false_rejections(runs)
+    assert runs[0]['summary']['false_rejected'] == 1  # 'a' was met without admission
+    assert runs[1]['summary']['false_rejected'] == 0
+    assert runs[2]['summary']['false_rejected'] is None  # no admit-all run at load 0.8
+    report = {'date': 'd', 'command': 'c', 'machine': 'm', 'items': 3, 'factors': [1.5],
+              'minutes': 1.0, 'runs': runs}
+    text = markdown(report)
+    assert '| edf | ' in text and f'| {ADMIT_ALL} | ' in text
+    assert '| burst | 1.5 | edf | 33% (1/3) |' in text

@@ -75,3 +75,28 @@ def test_ahead_and_behind_a_newcomer():
     fifo = make_scheduler('fifo', 8)
     fifo.push('a', Waiting(9.0))
     assert fifo.ahead(Waiting(0.0)) == (['a'], [])  # FIFO never lets a newcomer overtake
+
+
+def test_slot_starts_is_the_sequential_queue_on_one_slot():
+    from timebill_ros.core.scheduling import slot_starts
+    assert slot_starts([2.0], 1, [1.0, 3.0, 0.5]) == [2.0, 3.0, 6.0]
+    assert slot_starts([], 1, [1.0, 1.0]) == [0.0, 1.0]
+
+
+def test_slot_starts_matches_a_brute_force_simulation_of_parallel_slots():
+    from timebill_ros.core.scheduling import slot_starts
+    rng = random.Random(5)
+    for _ in range(200):
+        slots = rng.randint(1, 4)
+        busy = [rng.uniform(0, 5) for _ in range(rng.randint(0, slots))]
+        durations = [rng.uniform(0.1, 3) for _ in range(rng.randint(0, 6))]
+        # Reference: scan every slot for the one that frees first (no heap).
+        free = busy + [0.0] * (slots - len(busy))
+        expected = []
+        for d in durations:
+            i = min(range(slots), key=lambda k: free[k])
+            expected.append(free[i])
+            free[i] += d
+        assert slot_starts(busy, slots, durations) == pytest.approx(expected)
+    with pytest.raises(ValueError):
+        slot_starts([1.0, 2.0], 1, [])

@@ -112,3 +112,44 @@ def test_online_drift_gain_zero_keeps_the_plain_refit():
     assert online.drift_prefill == online.drift_decode == 1.0
     with pytest.raises(ValueError):
         OnlineTimingModel(TRUE, drift_gain=1.5)
+
+
+def test_fit_batch_recovers_each_batch_size_and_extrapolates_past_the_last():
+    from timebill_ros.core.timing import fit_batch
+    truth = {1: (2e-6, 0.060), 2: (1.5e-6, 0.095), 3: (1.2e-6, 0.125), 4: (1.0e-6, 0.105)}
+    points = [(b, kv, p * kv + q) for b, (p, q) in truth.items() for kv in (64, 640, 2560)]
+    model = fit_batch(points)
+    assert model.max_measured == 4
+    for b, (p, q) in truth.items():
+        assert model.step(b, 1000) == pytest.approx(p * 1000 + q, rel=1e-6)
+    # Beyond 4 the last two sizes continue linearly; never below size 4.
+    assert model.step(5, 1000) >= model.step(4, 1000)
+    with pytest.raises(ValueError, match='without gaps'):
+        fit_batch([(1, 10, 0.1), (1, 20, 0.2), (3, 10, 0.3), (3, 20, 0.4)])
+
+
+def test_a_batch_member_pays_the_whole_batch_step_and_keeps_its_own_prefill():
+    from timebill_ros.core.timing import BatchTimingModel
+    single = TimingModel(a=1e-7, b=1e-4, c=0.01, p=2e-6, q=0.06)
+    batch = BatchTimingModel(((2e-6, 0.06), (2e-6, 0.09), (2e-6, 0.11)))
+    assert batch.member(single, 1, 500) is single
+    member = batch.member(single, 3, other_kv=1000)
+    assert member.prefill(300) == single.prefill(300)
+    # Own 200 KV + 1000 of the others at the size-3 pair.
+    assert member.step(200) == pytest.approx(2e-6 * 1200 + 0.11)
+    assert member.decode(200, 11) > single.decode(200, 11)
+    assert batch.with_drift(1.5).member(single, 3, 1000).step(200) == \
+        pytest.approx(1.5 * member.step(200))
+
+
+def test_online_batch_drift_follows_slower_batched_steps_and_scores_them():
+    from timebill_ros.core.timing import BatchTimingModel, OnlineBatchDrift
+    online = OnlineBatchDrift(BatchTimingModel(((0.0, 0.06), (0.0, 0.09))))
+    assert online.mape() == 0.0
+    online.observe(1, 100, 0.5)  # a lone step says nothing about batching
+    assert online.model.drift == 1.0 and online.mape() == 0.0
+    for _ in range(40):
+        online.observe(2, 200, 0.09 * 1.3)
+    assert online.model.drift == pytest.approx(1.3, rel=0.01)
+    assert online.model.step(2, 200) == pytest.approx(0.117, rel=0.01)
+    assert 0.0 < online.mape() < 30.0

@@ -243,3 +243,76 @@ def test_batched_goals_join_leave_and_answer_as_they_would_alone(loaded):
         assert long.result.outcome == Outcome.COMPLETED and long.result.tokens == 400
     finally:
         batched.stop()
+
+
+def batch_server(loaded, tmp_path, batch_coefficients=((0.0, 0.1), (0.0, 0.12), (0.0, 0.14),
+                                                       (0.0, 0.16))):
+    """Return a max_batch 4 server: 10 ms prefill, 100 ms alone, 120/140/160 ms batched."""
+    from timebill_ros.core.profile import Profile
+    path = tmp_path / 'tiny-batch.yaml'
+    Profile(model='tiny-random', device='cpu', dtype='float32',
+            coefficients={'a': 0.0, 'b': 0.0, 'c': 0.01, 'p': 0.0, 'q': 0.1},
+            prefill_points=[[n, 0.01] for n in (16, 64, 256)],
+            decode_points=[[n, 0.1] for n in (16, 64, 256)],
+            batch_coefficients=[list(pair) for pair in batch_coefficients]).save(path)
+    config = NodeConfig.from_dict({
+        'model': 'tiny-random', 'calibrate_on_start': False, 'warm_up': False,
+        'length_predictor': 'max-new-tokens', 'auto_precision': '', 'profile': str(path),
+        'scheduler': 'edf', 'max_batch': 4})
+    return Server(Assembly(config, loaded, Log()), lambda *args: None)
+
+
+def test_admission_plans_a_goal_on_the_steps_of_the_batch_it_joins(loaded, tmp_path):
+    server = batch_server(loaded, tmp_path)
+    auto = int(Mode.AUTO)
+    try:
+        with server.assembly.model_lock:
+            # 50 tokens alone: 4.91 s by the ETE; 5.5 s leaves it 0.6 s to spare.
+            edge = server.admit(GoalSpec('Go.', budget_s=5.5, mode=auto, max_new_tokens=50),
+                                'edge')
+            server.submit(edge)
+            wait_executing(server)
+            # Joining now would make its 49 steps 120 ms and stall it for a prefill.
+            with pytest.raises(Rejection, match='joining the running batch would push 1'):
+                server.submit(server.admit(GoalSpec('Go.', budget_s=60.0, mode=auto,
+                                                    max_new_tokens=20), 'joiner'))
+    finally:
+        server.stop(timeout_s=30.0)
+    server = batch_server(loaded, tmp_path)
+    try:
+        with server.assembly.model_lock:
+            server.submit(server.admit(GoalSpec('Go.', budget_s=60.0, mode=auto,
+                                                max_new_tokens=50), 'long'))
+            wait_executing(server)
+            # No wait (a slot is free), but 19 steps of a batch of 2: 0.01 + 19 x 0.12 s.
+            joins = server.admit(GoalSpec('Go.', budget_s=10.0, mode=auto,
+                                          max_new_tokens=20), 'joins')
+            server.submit(joins)
+            assert joins.plan.est_wcet_s == pytest.approx(0.01 + 19 * 0.12)
+            # Alone it would fit 2.3 s less the 10 % margin (1.91 s); in the batch it cannot.
+            # (EDF puts it ahead of 'joins', so it would decode beside 'long' only.)
+            with pytest.raises(Rejection, match='decoding in a batch of 2: cannot meet'):
+                server.submit(server.admit(GoalSpec('Go.', budget_s=2.3, mode=auto,
+                                                    max_new_tokens=20), 'tight'))
+        wait_all([joins])
+        assert joins.result.outcome == Outcome.COMPLETED and joins.result.batch_peak == 2
+        # The batched steps that ran were scored against the profiled batch model.
+        extra = server.status()[1]
+        assert extra['max_batch'] == 4 and extra['ete_batch_step_mape_pct'] > 0.0
+        assert server.pipeline.batch.errors
+    finally:
+        server.stop(timeout_s=30.0)
+
+
+def test_a_profile_without_batched_steps_gets_them_measured_and_saved(loaded, tmp_path):
+    from timebill_ros.core.profile import Profile
+    server = batch_server(loaded, tmp_path, batch_coefficients=())
+    try:
+        model = server.pipeline.batch.model
+        assert model.max_measured == 4
+        saved = Profile.load(tmp_path / 'tiny-batch.yaml')
+        assert len(saved.batch_coefficients) == 4
+        assert sorted({b for b, _, _ in saved.batch_points}) == [1, 2, 3, 4]
+        assert all(model.step(b, 100) > 0.0 for b in range(1, 5))
+    finally:
+        server.stop()

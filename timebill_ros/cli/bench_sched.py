@@ -1,7 +1,11 @@
-"""Scheduling benchmark: robot instructions replayed from rosbags through the node, per scheduler.
+"""Scheduling benchmark: robot instructions replayed from rosbags through the node, per strategy.
 
 ``python -m timebill_ros.cli.bench_sched`` (``make bench-sched``) starts the node with
-the shipped configuration and one ``scheduler`` at a time (fifo, edf, svf, svf-1bit).
+the shipped configuration and one strategy at a time: a ``scheduler`` (fifo, edf, svf,
+svf-1bit), ``edf+batch4`` (EDF with ``max_batch`` 4: goals decode together) and
+``edf-admit-all`` (EDF with queue-aware admission off and ``admit_probability`` 0, so
+only malformed goals are refused; it counts false rejections: goals another strategy
+refused that this one met in the same workload).
 For every arrival pattern (periodic, Poisson, bursts of 4) and load it writes a
 rosbag of held-out robot-workload instructions (``timebill_bag``'s writer) and
 replays it against the node (``ros/replay.py``: Instructions on ``~/instructions``,
@@ -11,8 +15,10 @@ Load rho = arrival rate x mean full-model time of the items sent; each item's
 full-model time T and its budget (a factor of T, cycled from ``--factors``) come
 from the references of a bench_robot run (``--reference``). Goals use MODE_AUTO
 and Kill. Per scheduler, pattern and load: deadline-met rate, goodput (goals met
-per second of the run), P50/P99 queue wait, rejections, lost goals, tokens/s.
-Outputs in --out (default results/sched): bench.json, README.md, met_rate.png.
+per second of the run), P50/P99 queue wait, rejections, false rejections, lost goals,
+tokens/s. ``--reuse`` takes runs of an earlier bench.json with the same items, seed and
+factors instead of replaying them again. Outputs in --out (default results/sched):
+bench.json, README.md, met_rate.png.
 """
 
 from __future__ import annotations
@@ -37,6 +43,12 @@ from timebill_ros.evaluation import robot_workload
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = '/sched'
 SCHEDULERS = ('fifo', 'edf', 'svf', 'svf-1bit')
+ADMIT_ALL = 'edf-admit-all'
+# Strategy name -> node parameters over the shipped configuration.
+STRATEGIES = {**{name: {'scheduler': name} for name in SCHEDULERS},
+              'edf+batch4': {'scheduler': 'edf', 'max_batch': 4},
+              ADMIT_ALL: {'scheduler': 'edf', 'queue_aware_admission': False,
+                          'admit_probability': 0.0}}
 PATTERNS = ('periodic', 'poisson', 'burst')
 BURST_SIZE = 4
 
@@ -74,21 +86,66 @@ def summarise(rows: list, span_s: float) -> dict:
             'tokens_per_s': tokens / span_s if span_s > 0 else 0.0, 'span_s': span_s}
 
 
+def strategy_of(run: dict) -> str:
+    """Return a run's strategy (runs of the first version name only their scheduler)."""
+    return run.get('strategy') or run['scheduler']
+
+
+def false_rejections(runs: list) -> None:
+    """Count, per run, goals it refused that ``edf-admit-all`` met in the same workload.
+
+    Sets ``summary['false_rejected']`` (None where that workload has no admit-all run).
+    """
+    met_by = {(r['pattern'], r['load']): {row['id'] for row in r['rows']
+                                          if row['outcome'] == 'COMPLETED'
+                                          and row.get('deadline_met')}
+              for r in runs if strategy_of(r) == ADMIT_ALL}
+    for run in runs:
+        met = met_by.get((run['pattern'], run['load']))
+        run['summary']['false_rejected'] = None if met is None else sum(
+            row['outcome'] == 'REJECTED' and row['id'] in met for row in run['rows'])
+
+
 def markdown(report: dict) -> str:
-    """Render the README tables."""
+    """Render the README tables: met rate per strategy and workload, then every figure."""
+    runs = report['runs']
+    workloads = sorted({(r['pattern'], r['load']) for r in runs})
+    strategies = [name for name in STRATEGIES if any(strategy_of(r) == name for r in runs)]
     lines = [f"# Scheduling through the node ({report['date']})", '',
              f"`{report['command']}` on {report['machine']}; {report['items']} held-out robot "
              f"items per run, budgets {report['factors']} x each item's full-model time, "
-             f"MODE_AUTO, Kill; {report['minutes']:.1f} min.", '',
-             '| pattern | load | scheduler | met | goodput /s | queue P50 s | queue P99 s | '
-             'rejected | killed | lost | tokens/s |',
-             '|---|---|---|---|---|---|---|---|---|---|---|']
-    for run in report['runs']:
+             f"MODE_AUTO, Kill; {report['minutes']:.1f} min"
+             + (f" (runs reused from {report['reused_from']})" if report.get('reused_from')
+                else '') + '.', '',
+             'Deadline met (lost goals in brackets):', '',
+             '| strategy | ' + ' | '.join(f'{p} {lo:g}' for p, lo in workloads) + ' | mean |',
+             '|---|' + '---|' * (len(workloads) + 1)]
+    for name in strategies:
+        cells, rates = [], []
+        for pattern, load in workloads:
+            run = next((r for r in runs if strategy_of(r) == name and r['pattern'] == pattern
+                        and r['load'] == load), None)
+            if run is None:
+                cells.append('')
+                continue
+            rates.append(run['summary']['met_rate'])
+            cells.append(f"{run['summary']['met_rate']:.0%} ({run['summary']['lost']})")
+        mean = f'{sum(rates) / len(rates):.1%}' if rates else ''
+        lines.append(f'| {name} | ' + ' | '.join(cells) + f' | {mean} |')
+    lines += ['', 'False rejections: goals a strategy refused that `edf-admit-all` met in the '
+              'same workload.', '',
+              '| pattern | load | strategy | met | goodput /s | queue P50 s | queue P99 s | '
+              'rejected | false rej. | killed | lost | tokens/s |',
+              '|---|---|---|---|---|---|---|---|---|---|---|---|']
+    for run in sorted(runs, key=lambda r: (r['pattern'], r['load'],
+                                           strategies.index(strategy_of(r)))):
         s = run['summary']
-        lines.append(f"| {run['pattern']} | {run['load']:g} | {run['scheduler']} | "
+        false = s.get('false_rejected')
+        lines.append(f"| {run['pattern']} | {run['load']:g} | {strategy_of(run)} | "
                      f"{s['met_rate']:.0%} ({s['met']}/{s['goals']}) | "
                      f"{s['goodput_per_s']:.3f} | {s['queue_p50_s']:.2f} | "
-                     f"{s['queue_p99_s']:.2f} | {s['rejected']} | {s['killed']} | "
+                     f"{s['queue_p99_s']:.2f} | {s['rejected']} | "
+                     f"{'' if false is None else false} | {s['killed']} | "
                      f"{s['lost']} | {s['tokens_per_s']:.1f} |")
     return '\n'.join(lines)
 
@@ -102,9 +159,9 @@ def plot(report: dict, out: Path) -> None:
     fig, axes = plt.subplots(1, len(patterns), figsize=(4.5 * len(patterns), 3.6),
                              squeeze=False)
     for ax, pattern in zip(axes[0], patterns):
-        for name in sorted({r['scheduler'] for r in report['runs']}):
+        for name in sorted({strategy_of(r) for r in report['runs']}):
             runs = sorted((r for r in report['runs']
-                           if r['pattern'] == pattern and r['scheduler'] == name),
+                           if r['pattern'] == pattern and strategy_of(r) == name),
                           key=lambda r: r['load'])
             ax.plot([r['load'] for r in runs], [r['summary']['met_rate'] for r in runs],
                     marker='o', label=name)
@@ -126,10 +183,13 @@ def main(argv=None) -> int:
     parser.add_argument('--reference', default=str(ROOT / 'results' / 'robot_auto_int8' /
                                                    'bench.json'),
                         help="a bench_robot bench.json: each item's full-model time")
-    parser.add_argument('--schedulers', nargs='+', default=list(SCHEDULERS),
-                        choices=SCHEDULERS)
+    parser.add_argument('--strategies', nargs='+',
+                        default=['fifo', 'edf', 'svf', 'edf+batch4', ADMIT_ALL],
+                        choices=tuple(STRATEGIES))
+    parser.add_argument('--reuse', help='an earlier bench.json of the same items, seed and '
+                        'factors: all its runs are kept, and only runs it lacks replay')
     parser.add_argument('--patterns', nargs='+', default=list(PATTERNS), choices=PATTERNS)
-    parser.add_argument('--loads', nargs='+', type=float, default=[0.7, 1.2])
+    parser.add_argument('--loads', nargs='+', type=float, default=[0.8, 1.5, 2.5])
     parser.add_argument('--items', type=int, default=30, help='goals per run')
     parser.add_argument('--factors', nargs='+', type=float, default=[1.5, 3.0, 6.0],
                         help="budgets as multiples of each item's full-model time, cycled")
@@ -153,38 +213,53 @@ def main(argv=None) -> int:
     def log(message: str) -> None:
         print(f'[{time.monotonic() - started:7.1f} s] {message}', flush=True)
 
+    reused = []
+    if args.reuse:
+        with open(args.reuse, encoding='utf-8') as handle:
+            earlier = json.load(handle)
+        if (earlier['items'], earlier['factors'], earlier['seed']) == \
+                (len(items), args.factors, args.seed):
+            reused = earlier['runs']  # all kept in the report; only missing runs replay
+        else:
+            log(f'{args.reuse} ran other items, factors or seed: nothing reused')
     ensure_init()
-    runs = []
-    for scheduler in args.schedulers:
-        log(f'starting the node with scheduler {scheduler}')
-        node = NodeProcess({**shipped_params(), 'scheduler': scheduler}, ready_timeout=900,
+    runs = [{**r, 'strategy': strategy_of(r)} for r in reused]
+    for name in args.strategies:
+        todo = [(pattern, load) for pattern in args.patterns for load in args.loads
+                if not any(strategy_of(r) == name and r['pattern'] == pattern
+                           and r['load'] == load for r in runs)]
+        if not todo:
+            continue
+        log(f'starting the node for strategy {name}')
+        node = NodeProcess({**shipped_params(), **STRATEGIES[name]}, ready_timeout=900,
                            namespace=NAMESPACE)
         try:
-            for pattern in args.patterns:
-                for load in args.loads:
-                    work = workload(items, full_s, tuple(args.factors), pattern, load,
-                                    args.seed)
-                    folder = out / 'runs' / f'{scheduler}-{pattern}-{load:g}'
-                    shutil.rmtree(folder, ignore_errors=True)
-                    bag = bags.write_workload(folder / 'workload_bag', work)
-                    begin = time.monotonic()
-                    result = replay(bag, folder, node=f'{NAMESPACE}/timebill',
-                                    timeout_s=120.0, discovery_timeout_s=30.0, render=False)
-                    summary = summarise(result.rows, time.monotonic() - begin)
-                    log(f'{scheduler} {pattern} load {load:g}: met {summary["met"]}/'
-                        f'{summary["goals"]}, rejected {summary["rejected"]}, lost '
-                        f'{summary["lost"]}')
-                    runs.append({'scheduler': scheduler, 'pattern': pattern, 'load': load,
-                                 'summary': summary, 'rows': result.rows})
-                    (out / 'partial.json').write_text(json.dumps(runs, default=str) + '\n',
-                                                      encoding='utf-8')
+            for pattern, load in todo:
+                work = workload(items, full_s, tuple(args.factors), pattern, load, args.seed)
+                folder = out / 'runs' / f'{name}-{pattern}-{load:g}'
+                shutil.rmtree(folder, ignore_errors=True)
+                bag = bags.write_workload(folder / 'workload_bag', work)
+                begin = time.monotonic()
+                result = replay(bag, folder, node=f'{NAMESPACE}/timebill',
+                                timeout_s=120.0, discovery_timeout_s=30.0, render=False)
+                summary = summarise(result.rows, time.monotonic() - begin)
+                log(f'{name} {pattern} load {load:g}: met {summary["met"]}/'
+                    f'{summary["goals"]}, rejected {summary["rejected"]}, lost '
+                    f'{summary["lost"]}')
+                runs.append({'strategy': name, 'scheduler': STRATEGIES[name]['scheduler'],
+                             'pattern': pattern, 'load': load, 'summary': summary,
+                             'rows': result.rows})
+                (out / 'partial.json').write_text(json.dumps(runs, default=str) + '\n',
+                                                  encoding='utf-8')
         finally:
             node.stop()
+    false_rejections(runs)
     report = {'date': datetime.date.today().isoformat(), 'machine': machine(),
               'command': 'python -m timebill_ros.cli.bench_sched '
                          + ' '.join(argv if argv is not None else sys.argv[1:]),
               'items': len(items), 'factors': args.factors, 'seed': args.seed,
-              'minutes': (time.monotonic() - started) / 60, 'runs': runs}
+              'minutes': (time.monotonic() - started) / 60, 'runs': runs,
+              'reused_from': args.reuse if reused else ''}
     write_outputs(out, report, markdown, plot)
     return 0
 

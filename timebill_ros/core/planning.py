@@ -86,11 +86,14 @@ class Planner(Protocol):
     """Anything that turns a request into a plan (or raises Rejection)."""
 
     def plan(self, request: Request, prompt_tokens: int, time_left_s: float,
-             predicted: int | None = None, pending: bool = False) -> Plan:
+             predicted: int | None = None, pending: bool = False,
+             timing: TimingModel | None = None) -> Plan:
         """Plan a request whose prompt has ``prompt_tokens`` with ``time_left_s`` to go.
 
         ``predicted`` reuses an earlier length prediction for the same request;
-        ``pending`` says the length will only be known during prefill.
+        ``pending`` says the length will only be known during prefill; ``timing``
+        replaces the planner's own full-precision ETE (a goal that will decode in a
+        batch: ``BatchTimingModel.member``).
         """
 
 
@@ -100,7 +103,8 @@ class FullModelPlanner:
     name = 'full-model'
 
     def plan(self, request: Request, prompt_tokens: int, time_left_s: float,
-             predicted: int | None = None, pending: bool = False) -> Plan:
+             predicted: int | None = None, pending: bool = False,
+             timing: TimingModel | None = None) -> Plan:
         """Return a plan that only records the prompt length and the mode."""
         return Plan(mode=Mode.NONE, prompt_tokens=prompt_tokens,
                     pessimistic_factor=request.pessimistic_factor)
@@ -420,13 +424,16 @@ class TimeBillPlanner:
         return next(o for o in likely if o.value(self.plan_quantile) >= best - 1e-9)
 
     def plan(self, request: Request, prompt_tokens: int, time_left_s: float,
-             predicted: int | None = None, pending: bool = False) -> Plan:
+             predicted: int | None = None, pending: bool = False,
+             timing: TimingModel | None = None) -> Plan:
         """Return the plan, or raise Rejection when the deadline cannot be met.
 
         ``pending``: the length is predicted later (during prefill); plan a 1-token
         answer now, so only goals whose first token cannot make it are rejected.
+        ``timing``: the full-precision ETE to plan with instead of the planner's own (the
+        steps of the batch the goal will decode in; lowered precisions decode alone).
         """
-        model = self.timing()
+        model = timing or self.timing()
         target = time_left_s * (1.0 - self.time_margin)
         predictor = self.predictor.name
         dist = None

@@ -8,7 +8,7 @@ import re
 
 import yaml
 
-from timebill_ros.core.timing import TimingModel
+from timebill_ros.core.timing import BatchTimingModel, TimingModel
 
 FORMAT = 1
 
@@ -30,12 +30,23 @@ class Profile:
     host: str = ''
     # Per-layer decode-step times (early exit): {'layers_s': [...], 'head_s': s, 'n_kv': n}.
     layer_times: dict = field(default_factory=dict)
+    # Batched decode steps (max_batch > 1): [[batch size, total KV, s], ...] and the
+    # per-size fit [[p_b, q_b], ...] (core.timing.BatchTimingModel).
+    batch_points: list = field(default_factory=list)
+    batch_coefficients: list = field(default_factory=list)
     format: int = FORMAT
 
     def timing_model(self) -> TimingModel:
         """Return the fitted ETE."""
         c = self.coefficients
         return TimingModel(c['a'], c['b'], c['c'], c['p'], c['q'])
+
+    def batch_model(self, max_batch: int) -> BatchTimingModel | None:
+        """Return the batched-step model if it was profiled up to ``max_batch`` sequences."""
+        pairs = self.batch_coefficients or []
+        if len(pairs) < max_batch:
+            return None
+        return BatchTimingModel(tuple((float(p), float(q)) for p, q in pairs))
 
     def matches(self, model: str, device: str, dtype: str) -> bool:
         """Tell whether this profile was measured for this model, device and dtype."""

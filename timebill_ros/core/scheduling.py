@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from bisect import insort
 from dataclasses import dataclass
+import heapq
 import itertools
-from typing import Generic, Iterator, Protocol, TypeVar
+from typing import Generic, Iterator, Protocol, Sequence, TypeVar
 
 T = TypeVar('T')
 
@@ -168,3 +169,24 @@ def make_scheduler(name: str, capacity: int) -> Scheduler:
     if name not in SCHEDULERS:
         raise ValueError(f'unknown scheduler {name!r} (one of {", ".join(SCHEDULERS)})')
     return SCHEDULERS[name](capacity)
+
+
+def slot_starts(busy_s: Sequence[float], slots: int, durations: Sequence[float]) -> list:
+    """Return when each job, in dispatch order, starts on ``slots`` parallel decoders.
+
+    ``busy_s`` holds how long each running job still needs (at most ``slots`` of them);
+    a free slot is taken at once. With one slot this is the plain sequential queue.
+    """
+    if slots < 1:
+        raise ValueError('need at least one slot')
+    free = sorted(float(b) for b in busy_s)
+    if len(free) > slots:
+        raise ValueError(f'{len(free)} running jobs on {slots} slots')
+    free = [0.0] * (slots - len(free)) + free
+    heapq.heapify(free)
+    starts = []
+    for duration in durations:
+        start = heapq.heappop(free)
+        starts.append(start)
+        heapq.heappush(free, start + float(duration))
+    return starts

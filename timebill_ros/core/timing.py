@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import asdict, dataclass, field
 import math
+import threading
 from typing import Sequence
 
 import numpy as np
@@ -216,3 +217,118 @@ def _ages(n: int, forgetting: float) -> list:
 def as_dict(model: TimingModel) -> dict:
     """Return the coefficients as a plain dict (for YAML)."""
     return asdict(model)
+
+
+@dataclass(frozen=True)
+class BatchTimingModel:
+    """Decode step of a batch of b sequences: t(b, K) = p_b K + q_b, K = cached KV in all.
+
+    The batched step pads every cache to the longest, so K is b x the longest cache.
+    The cost of a step is not linear in b on a CPU (a GEMM of 4 rows may run faster than
+    one of 3), so each batch size has its own pair, profiled by ``timebill_calibrate``;
+    beyond the largest measured size the last two sizes are extrapolated linearly.
+    ``drift`` scales every step (the online ratio of measured to fitted batched steps).
+    """
+
+    coefficients: tuple  # ((p_1, q_1), (p_2, q_2), ...): index b - 1
+    drift: float = 1.0
+
+    def __post_init__(self):
+        """Check that at least batch size 1 is known."""
+        if not self.coefficients:
+            raise ValueError('a batch timing model needs at least batch size 1')
+
+    @property
+    def max_measured(self) -> int:
+        """Return the largest batch size that was profiled."""
+        return len(self.coefficients)
+
+    def _pq(self, batch: int) -> tuple:
+        known = self.coefficients
+        if batch <= len(known):
+            return known[max(1, batch) - 1]
+        if len(known) == 1:
+            p, q = known[0]
+            return p, q * batch
+        (p1, q1), (p2, q2) = known[-2], known[-1]
+        extra = batch - len(known)
+        return max(p2, p2 + (p2 - p1) * extra), max(q2, q2 + (q2 - q1) * extra)
+
+    def step(self, batch: int, total_kv: float) -> float:
+        """Estimate one batched step with ``total_kv`` cached tokens over the batch."""
+        p, q = self._pq(batch)
+        return (p * total_kv + q) * self.drift
+
+    def member(self, single: TimingModel, batch: int, other_kv: float) -> TimingModel:
+        """Return the ETE of a goal decoding in a batch of ``batch`` (itself included).
+
+        ``other_kv`` is what the other members keep cached (padded). The goal's prefill
+        is its own (it runs alone); each of its decode steps costs a whole batch step.
+        """
+        if batch <= 1:
+            return single
+        p, q = self._pq(batch)
+        return TimingModel(single.a, single.b, single.c, p * self.drift,
+                           (q + p * other_kv) * self.drift)
+
+    def with_drift(self, drift: float) -> 'BatchTimingModel':
+        """Return this model with another drift factor."""
+        return BatchTimingModel(self.coefficients, drift)
+
+    def as_list(self) -> list:
+        """Return [[p_b, q_b], ...] for a profile file."""
+        return [[float(p), float(q)] for p, q in self.coefficients]
+
+
+def fit_batch(points: Sequence[Sequence[float]]) -> BatchTimingModel:
+    """Fit one (p_b, q_b) per batch size from (b, total KV, seconds) points.
+
+    Batch sizes must run 1..B without gaps, each with 2 or more distinct KV totals.
+    """
+    by_size: dict = {}
+    for b, kv, seconds in points:
+        by_size.setdefault(int(b), []).append((float(kv), float(seconds)))
+    sizes = sorted(by_size)
+    if not sizes or sizes != list(range(1, sizes[-1] + 1)):
+        raise ValueError(f'need batch sizes 1..B without gaps (got {sizes})')
+    pairs = []
+    for b in sizes:
+        xs, ys = zip(*by_size[b])
+        pairs.append(fit_decode(xs, ys, weights=[1.0 / y ** 2 for y in ys]))
+    return BatchTimingModel(tuple(pairs))
+
+
+@dataclass
+class OnlineBatchDrift:
+    """Follow how batched steps run against the profiled batch model (one drift factor).
+
+    Each observed step of 2 or more sequences is first scored (its error against the
+    current model, kept for ``mape``), then folded into the drift factor.
+    """
+
+    model: BatchTimingModel
+    gain: float = 0.2
+    window: int = 256
+    errors: deque = field(default=None)
+
+    def __post_init__(self):
+        """Size the error window."""
+        self.errors = deque(self.errors or (), maxlen=self.window)
+        self._lock = threading.Lock()  # the worker appends while diagnostics read
+
+    def observe(self, batch: int, total_kv: float, seconds: float) -> BatchTimingModel:
+        """Fold one measured batched step in; return the drifted model."""
+        model = self.model
+        fitted = model.with_drift(1.0).step(batch, total_kv)
+        if fitted > 0.0 and seconds > 0.0 and batch > 1:
+            with self._lock:
+                self.errors.append(abs(model.step(batch, total_kv) - seconds) / seconds * 100.0)
+            ratio = min(3.0, max(1.0 / 3.0, seconds / fitted))
+            self.model = model.with_drift((1.0 - self.gain) * model.drift + self.gain * ratio)
+        return self.model
+
+    def mape(self) -> float:
+        """Return the mean absolute % error of the batched steps seen (0 when none)."""
+        with self._lock:
+            errors = list(self.errors)
+        return float(np.mean(errors)) if errors else 0.0

@@ -9,7 +9,8 @@ import time
 from typing import Callable, Sequence
 
 from timebill_ros.core.profile import Profile
-from timebill_ros.core.timing import ape, fit_decode, fit_prefill, mape, TimingModel
+from timebill_ros.core.timing import (
+    ape, fit_batch, fit_decode, fit_prefill, mape, TimingModel)
 from timebill_ros.runtime.model import intra_op_threads, LoadedModel
 
 
@@ -97,12 +98,56 @@ def time_decode_steps(loaded: LoadedModel, lengths: Sequence[int], steps: int,
     return result
 
 
+def time_batch_steps(loaded: LoadedModel, max_batch: int, kv_lengths: Sequence[int] = (64, 640),
+                     steps: int = 6, repeats: int = 2) -> list:
+    """Return [(batch size, total KV, median step s)] for 1..max_batch sequences.
+
+    Each sequence is a prefilled cache of n tokens (one prefill per n, copied per
+    member); the batch steps through ``runtime.batch.BatchDecoder`` as the server runs
+    it. Total KV is the padded cache over the batch: b x (n + steps / 2).
+    """
+    import torch
+    from transformers import DynamicCache
+    from timebill_ros.runtime.batch import BatchDecoder
+    points = []
+    with torch.inference_mode():
+        for n in kv_lengths:
+            cache = DynamicCache()
+            out = loaded.model(input_ids=_ids(loaded, n, 11 + n), past_key_values=cache,
+                               use_cache=True)
+            first = int(out.logits[0, -1].argmax())
+            layers = [(layer.keys, layer.values) for layer in cache.layers]
+            for size in range(1, max_batch + 1):
+                samples = []
+                for _ in range(repeats):
+                    batch = BatchDecoder(loaded.model, loaded.device)
+                    for i in range(size):
+                        copy = DynamicCache(ddp_cache_data=[(k.clone(), v.clone())
+                                                            for k, v in layers])
+                        batch.join(f's{i}', copy, first, n)
+                    batch.step()  # warm: the first step of a new shape pays allocation
+                    for _ in range(steps):
+                        t0 = time.monotonic()
+                        batch.step()
+                        samples.append(time.monotonic() - t0)
+                points.append((size, size * (n + 1 + steps / 2.0), statistics.median(samples)))
+    return points
+
+
+def batch_profile(loaded: LoadedModel, max_batch: int, decode_threads: int = 0) -> tuple:
+    """Measure and fit the batched-step model; return (points, BatchTimingModel)."""
+    with intra_op_threads(decode_threads):
+        points = time_batch_steps(loaded, max_batch)
+    return points, fit_batch(points)
+
+
 def calibrate(loaded: LoadedModel, grid: Grid = Grid(), progress: bool = True,
-              decode_threads: int = 0) -> Profile:
+              decode_threads: int = 0, max_batch: int = 1) -> Profile:
     """Measure, fit, evaluate on held-out lengths and return the profile.
 
     ``decode_threads`` > 0 times decode steps with that many intra-op threads, as the
-    engine runs them.
+    engine runs them. ``max_batch`` > 1 also profiles batched steps of 1..max_batch
+    sequences (``time_batch_steps``).
     """
     import torch
     import transformers
@@ -139,6 +184,9 @@ def calibrate(loaded: LoadedModel, grid: Grid = Grid(), progress: bool = True,
             times = measure_layer_times(loaded, n_kv=512, steps=grid.decode_steps)
         layer_times = {'layers_s': [float(t) for t in times.layers],
                        'head_s': float(times.head_s), 'n_kv': 512}
+    batch_points, batch_fit = [], None
+    if max_batch > 1:
+        batch_points, batch_fit = batch_profile(loaded, max_batch, decode_threads)
     return Profile(
         model=loaded.name, device=loaded.device, dtype=loaded.dtype,
         coefficients={'a': a, 'b': b, 'c': c, 'p': p, 'q': q},
@@ -157,4 +205,6 @@ def calibrate(loaded: LoadedModel, grid: Grid = Grid(), progress: bool = True,
         versions={'torch': str(torch.__version__), 'transformers': transformers.__version__,
                   'python': platform.python_version(),
                   'threads': torch.get_num_threads(), 'decode_threads': decode_threads},
-        date=time.strftime('%Y-%m-%dT%H:%M:%S%z'), host=platform.node(), layer_times=layer_times)
+        date=time.strftime('%Y-%m-%dT%H:%M:%S%z'), host=platform.node(), layer_times=layer_times,
+        batch_points=[[int(b), float(k), float(t)] for b, k, t in batch_points],
+        batch_coefficients=batch_fit.as_list() if batch_fit else [])

@@ -19,14 +19,14 @@ from timebill_ros.core.planning import (
     EarlyExitConfig, FullModelPlanner, MaxTokensPredictor, TimeBillPlanner)
 from timebill_ros.core.profile import default_path, Profile
 from timebill_ros.core.request import Limits, Mode
-from timebill_ros.core.timing import OnlineTimingModel
+from timebill_ros.core.timing import OnlineBatchDrift, OnlineTimingModel
 from timebill_ros.runtime.early_exit import LayerwiseDecoder, measure_layer_times
 from timebill_ros.runtime.engine import Engine
 from timebill_ros.runtime.exit_heads import ExitHeads, SHIPPED_EXIT_HEADS
 from timebill_ros.runtime.model import cache_root, ModelLoadError, precision_variant
 from timebill_ros.runtime.predictor import load_predictor, SHIPPED_HEAD
 from timebill_ros.runtime.presses import press_for_plan
-from timebill_ros.runtime.profiler import calibrate, Grid, QUICK
+from timebill_ros.runtime.profiler import batch_profile, calibrate, Grid, QUICK
 
 
 class Log(Protocol):
@@ -52,6 +52,8 @@ class Pipeline:
     online: OnlineTimingModel | None = None
     online_variants: dict = field(default_factory=dict)
     early_exit: EarlyExitConfig | None = None
+    # Batched decode steps (max_batch > 1): the profiled model and its online drift.
+    batch: OnlineBatchDrift | None = None
 
 
 class Assembly:
@@ -215,7 +217,9 @@ class Assembly:
     def _calibrate(self, quick: bool, loaded, path: Path) -> Profile:
         with self.model_lock:
             profile = calibrate(loaded, QUICK if quick else Grid(), progress=False,
-                                decode_threads=self.config.decode_threads)
+                                decode_threads=self.config.decode_threads,
+                                max_batch=self.config.max_batch
+                                if loaded is self.loaded else 1)
         profile.save(path)
         self.log.info(
             f'calibrated {loaded.dtype}: held-out MAPE prefill '
@@ -246,6 +250,28 @@ class Assembly:
             f'head {times.head_s * 1e3:.2f} ms, full step {times.full_s * 1e3:.1f} ms')
         return EarlyExitConfig(self.exit_rule, times)
 
+    def _batch_from(self, profile: Profile) -> OnlineBatchDrift | None:
+        """Return the batched-step ETE (profiled now, and saved, if the profile lacks it)."""
+        size = self.config.max_batch
+        if size <= 1:
+            return None
+        model = profile.batch_model(size)
+        source = 'profile'
+        if model is None:
+            with self.model_lock:
+                points, model = batch_profile(self.loaded, size, self.config.decode_threads)
+            profile.batch_points = [[int(b), float(k), float(t)] for b, k, t in points]
+            profile.batch_coefficients = model.as_list()
+            source = 'measured now (profile had none)'
+            try:
+                profile.save(self.profile_path)
+            except OSError as exc:
+                self.log.warning(f'cannot save the batch profile to {self.profile_path}: {exc}')
+        steps = ', '.join(f'{b} x {model.step(b, b * 64) * 1e3:.1f}'
+                          for b in range(1, size + 1))
+        self.log.info(f'batched decode steps from {source} (ms at 64 KV each): {steps}')
+        return OnlineBatchDrift(model)
+
     def pipeline(self, profile: Profile | None, online_variants: dict) -> Pipeline:
         """Build the planner, ETE and engine for ``profile`` (None: no ETE, full model only)."""
         config = self.config
@@ -267,4 +293,5 @@ class Assembly:
                                   config.auto_early_exit, precisions, self.effects)
         modes = {Mode.AUTO, Mode.NONE, Mode.EVICTION}
         limits = config.limits(modes | {Mode.EARLY_EXIT} if early_exit is not None else modes)
-        return Pipeline(planner, limits, engine, online, dict(online_variants), early_exit)
+        return Pipeline(planner, limits, engine, online, dict(online_variants), early_exit,
+                        self._batch_from(profile))

@@ -17,7 +17,7 @@ from timebill_ros.core.execution import (
 from timebill_ros.core.planning import Plan, TimeBillPlanner
 from timebill_ros.core.profile import Profile
 from timebill_ros.core.request import check_prompt_fits, Mode, Outcome, Rejection, validate
-from timebill_ros.core.scheduling import make_scheduler
+from timebill_ros.core.scheduling import make_scheduler, slot_starts
 from timebill_ros.core.telemetry import GoalRecord, Telemetry
 from timebill_ros.runtime.batch import BatchDecoder
 from timebill_ros.runtime.engine import StreamDecoder
@@ -151,12 +151,17 @@ class Server:
             job.hooks = hooks
             self._enqueue(job)
 
+    def _expected_tokens(self, job: Job) -> float:
+        """Return a job's predicted answer length (a running mean while it is pending)."""
+        plan = job.plan
+        known = plan.predicted_tokens and not plan.length_pending
+        return plan.predicted_tokens if known else self._typical_tokens
+
     def _expected_s(self, job: Job, model) -> float:
         """Return the ETE's time for a job's predicted (not worst-case) answer."""
-        plan, n_x = job.plan, len(job.prompt_ids)
-        known = plan.predicted_tokens and not plan.length_pending
-        tokens = plan.predicted_tokens if known else self._typical_tokens
-        return model.prefill(n_x) + model.decode((1.0 - plan.eviction_ratio) * n_x, tokens)
+        n_x = len(job.prompt_ids)
+        return model.prefill(n_x) + model.decode((1.0 - job.plan.eviction_ratio) * n_x,
+                                                 self._expected_tokens(job))
 
     def _fit_in_queue(self, job: Job) -> None:
         """Re-plan a newcomer for the time left after its expected wait (lock held).
@@ -164,36 +169,116 @@ class Server:
         Raise Rejection when the planner refuses it after that wait, or when, under an
         ordering that lets it overtake (EDF, SVF), it would push an accepted goal that
         is expected to meet its deadline past it. Expected times use predicted lengths,
-        so a queue is not judged on worst cases.
+        so a queue is not judged on worst cases. With ``max_batch`` > 1 the queue runs
+        on that many decode slots and the newcomer is planned on the steps of the batch
+        it will join (``_fit_in_batch``).
         """
         pipeline = self.pipeline
         if not self.config.queue_aware_admission or pipeline.online is None:
             return
+        if self.config.max_batch > 1 and pipeline.batch is not None:
+            self._fit_in_batch(job, pipeline)
+            return
         model, now = pipeline.online.model, time.monotonic()
         ahead, behind = self._queue.ahead(job.waiting())
         wait = sum(self._expected_s(other, model) for other in [*self._held.values(), *ahead])
-        for running, since in self._running.values():  # in a batch they overlap: an upper bound
+        for running, since in self._running.values():
             wait += max(0.0, self._expected_s(running, model) - (now - since))
         if wait > 0.0:
-            pending = job.plan.length_pending
-            try:
-                job.plan = pipeline.planner.plan(
-                    job.request, len(job.prompt_ids), job.clock.remaining(now) - wait,
-                    None if pending else job.plan.predicted_tokens, pending=pending)
-            except Rejection as exc:
-                raise Rejection(f'after an expected {wait:.2f} s wait behind '
-                                f'{len(ahead) + len(self._held) + len(self._running)}'
-                                f' goals: {exc.reason}', exc.plan) from None
+            self._replan_after(job, pipeline, wait, len(ahead) + len(self._held), None, now)
         mine, start, pushed = self._expected_s(job, model), wait, []
         for other in behind:  # dispatch order: each starts after those before it
             end = start + self._expected_s(other, model)
             if end <= other.clock.remaining(now) < end + mine:
                 pushed.append(other.key[:8])
             start = end
+        self._refuse_if_pushed(job, pushed)
+
+    def _replan_after(self, job: Job, pipeline: Pipeline, wait: float, ahead: int,
+                      timing, now: float, batch: int = 1) -> None:
+        """Re-plan a newcomer for the time left after ``wait`` (Rejection if refused).
+
+        ``timing`` is the ETE of the batch of ``batch`` goals it will decode in.
+        """
+        pending = job.plan.length_pending
+        try:
+            job.plan = pipeline.planner.plan(
+                job.request, len(job.prompt_ids), job.clock.remaining(now) - wait,
+                None if pending else job.plan.predicted_tokens, pending=pending,
+                timing=timing)
+        except Rejection as exc:
+            where = [f'after an expected {wait:.2f} s wait behind '
+                     f'{ahead + len(self._running)} goals'] if wait > 0.0 else []
+            if batch > 1:
+                where.append(f'decoding in a batch of {batch}')
+            raise Rejection(f'{", ".join(where)}: {exc.reason}', exc.plan) from None
+
+    def _refuse_if_pushed(self, job: Job, pushed: list, why: str = '') -> None:
         if pushed:
-            raise Rejection(f'accepting it ahead of them ({self._queue.name}) would push '
-                            f'{len(pushed)} accepted goal(s) past their deadlines: '
-                            f'{", ".join(pushed)}', job.plan)
+            how = why or f'accepting it ahead of them ({self._queue.name})'
+            raise Rejection(f'{how} would push {len(pushed)} accepted goal(s) past their '
+                            f'deadlines: {", ".join(pushed)}', job.plan)
+
+    def _member_timing(self, pipeline: Pipeline, size: int, others_kv: list, own_kv: float):
+        """Return the ETE of a goal decoding with ``size`` - 1 others holding ``others_kv``."""
+        single = pipeline.online.model
+        if size <= 1:
+            return single
+        longest = max([own_kv, *others_kv])  # the batch pads every cache to the longest
+        return pipeline.batch.model.member(single, size, (size - 1) * longest)
+
+    def _kv_of(self, job: Job) -> float:
+        """Return a job's cache length halfway through its expected answer."""
+        n_x = len(job.prompt_ids)
+        return (1.0 - job.plan.eviction_ratio) * n_x + self._expected_tokens(job) / 2.0
+
+    def _fit_in_batch(self, job: Job, pipeline: Pipeline) -> None:
+        """Admit a newcomer onto ``max_batch`` decode slots (lock held).
+
+        The running goals hold slots for their expected remaining time; goals queued
+        ahead take the first free slot in turn, and the newcomer the next one. It is
+        planned on the steps of a batch as full as the goals then running or waiting
+        allow. Refused when that plan refuses it; when joining (its prefill stalls the
+        batch, and every step gets a member heavier) would push a running goal that is
+        expected to make its deadline past it; or when, overtaking, it would delay a
+        queued goal past its deadline.
+        """
+        size, now = self.config.max_batch, time.monotonic()
+        running = list(self._running.values())
+        ahead, behind = self._queue.ahead(job.waiting())
+        waiting = [*self._held.values(), *ahead]
+        busy = len(running) + len(waiting)
+        batch = min(size, busy + 1)  # the batch the newcomer decodes in, itself included
+        kv = [self._kv_of(other) for other, _ in running] + [self._kv_of(o) for o in waiting]
+        timing = self._member_timing(pipeline, batch, kv[:batch - 1], self._kv_of(job))
+        # The running goals' remaining time at the batch they decode in now.
+        current = self._member_timing(pipeline, len(running), kv[1:len(running)], kv[0]) \
+            if running else timing
+        left = [max(0.0, self._expected_s(other, current) - (now - since))
+                for other, since in running][:size]
+        queued = [self._expected_s(other, timing) for other in waiting]
+        wait = slot_starts(left, size, [*queued, 0.0])[-1]
+        if wait > 0.0 or batch > 1:
+            self._replan_after(job, pipeline, wait, len(waiting), timing, now, batch)
+        pushed = []
+        if wait <= 0.0 and running:
+            # Joining now: each running goal's remaining steps get slower, and they wait
+            # out the newcomer's prefill.
+            stall = timing.prefill(len(job.prompt_ids))
+            for (other, _), rest in zip(running, left):
+                kv_other = self._kv_of(other)
+                slower = timing.step(kv_other) / max(current.step(kv_other), 1e-9)
+                if rest <= other.clock.remaining(now) < rest * slower + stall:
+                    pushed.append(other.key[:8])
+            self._refuse_if_pushed(job, pushed, 'joining the running batch')
+        after = [self._expected_s(other, timing) for other in behind]
+        mine = self._expected_s(job, timing)
+        with_it = slot_starts(left, size, [*queued, mine, *after])[len(queued) + 1:]
+        without = slot_starts(left, size, [*queued, *after])[len(queued):]
+        for other, start, alone, duration in zip(behind, with_it, without, after):
+            if alone + duration <= other.clock.remaining(now) < start + duration:
+                pushed.append(other.key[:8])
+        self._refuse_if_pushed(job, pushed)
 
     def _enqueue(self, job: Job) -> None:
         """Queue a job (lock held)."""
@@ -277,9 +362,10 @@ class Server:
                                             f'internal error: {exc!r}', job.plan)
             self._done(job, result)
 
-    def _start_plan(self, pipeline: Pipeline, job: Job) -> tuple:
+    def _start_plan(self, pipeline: Pipeline, job: Job, timing=None) -> tuple:
         """Return (plan, PrefillDecision or None) for a job about to run.
 
+        ``timing`` is the ETE of the batch it joins (None: it decodes alone).
         Raise Rejection when the re-plan for the time left after queueing refuses it.
         """
         request, n_prompt = job.request, len(job.prompt_ids)
@@ -289,11 +375,13 @@ class Server:
 
             def plan_from(hidden) -> Plan:
                 return pipeline.planner.plan(request, n_prompt, left,
-                                             predictor.predict_from_hidden(hidden, request))
+                                             predictor.predict_from_hidden(hidden, request),
+                                             timing=timing)
             return job.plan, PrefillDecision(predictor.prefill_layer, plan_from)
         try:
             return pipeline.planner.plan(request, n_prompt, job.clock.remaining(),
-                                         job.plan.predicted_tokens or None), None
+                                         job.plan.predicted_tokens or None,
+                                         timing=timing), None
         except Rejection as exc:
             raise _Refused(f'after {job.clock.elapsed():.3f} s in queue: {exc.reason}',
                            job.plan) from None
@@ -330,7 +418,9 @@ class Server:
             ended = run.before_start()
             try:
                 if ended is None:
-                    run.plan, decide = self._start_plan(pipeline, job)
+                    run.plan, decide = self._start_plan(pipeline, job,
+                                                        self._joining_timing(pipeline, batch,
+                                                                             job))
                     cache, token, stats = engine.prefill(job.prompt_ids, run.plan, decide)
                     run.plan = stats.plan
             except _Refused as exc:
@@ -367,7 +457,7 @@ class Server:
                 if taken is None:
                     break
                 admit(*taken)
-            t = time.monotonic()
+            t, size, total_kv = time.monotonic(), len(batch), len(batch) * batch.cached_tokens()
             try:
                 with intra_op_threads(self.config.decode_threads):
                     tokens = batch.step()
@@ -376,6 +466,8 @@ class Server:
                     self._done(member.job, member.run.failed(exc))
                 return
             step_s = time.monotonic() - t
+            if pipeline.batch is not None:
+                pipeline.batch.observe(size, total_kv, step_s)
             for key, token in tokens.items():
                 member = members[key]
                 member.stats.step_times.append(step_s)
@@ -384,6 +476,14 @@ class Server:
                     batch.leave(key)
                     del members[key]
                     self._done(member.job, member.run.finish(member.stats))
+
+    def _joining_timing(self, pipeline: Pipeline, batch: BatchDecoder, job: Job):
+        """Return the ETE of a job about to join ``batch`` (None: it would decode alone)."""
+        if pipeline.batch is None or pipeline.online is None or len(batch) == 0:
+            return None
+        return self._member_timing(pipeline, len(batch) + 1,
+                                   [float(batch.cached_tokens())] * len(batch),
+                                   self._kv_of(job))
 
     def _finish(self, job: Job, result: JobResult) -> None:
         """Learn from, count and hand over a finished job's result."""
@@ -431,6 +531,10 @@ class Server:
                           # measured / fitted time per phase: > 1 means slower than calibrated
                           'ete_drift_prefill': round(pipeline.online.drift_prefill, 4),
                           'ete_drift_decode': round(pipeline.online.drift_decode, 4)})
+        if pipeline.batch is not None:
+            extra.update({'max_batch': self.config.max_batch,
+                          'ete_batch_drift': round(pipeline.batch.model.drift, 4),
+                          'ete_batch_step_mape_pct': round(pipeline.batch.mape(), 2)})
         return summary, extra
 
     def stop(self, timeout_s: float = 5.0) -> None:
