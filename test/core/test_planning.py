@@ -296,3 +296,48 @@ def test_a_prediction_at_the_cap_uses_the_calibrated_distribution():
     with pytest.raises(Rejection, match='P\\(answer <= 100 tokens\\) = 0.0%'):
         TimeBillPlanner(lambda: SHORT, Calibrated(200)).plan(req(Mode.AUTO, max_new=200),
                                                              45, 5.0)
+
+
+def mixed_planner(effects=None):
+    """SHORT at full precision, INT8 fully lowered; 3 layers + head with unequal KL."""
+    from timebill_ros.core.planning import MixConfig
+    from timebill_ros.core.precision import PrecisionTable, UnitTimes
+    # Profiled shares: the full step is 4 units of 12.5 ms (no rest); lowered 5 ms each.
+    table = PrecisionTable('int8-dynamic', UnitTimes((0.0125,) * 4, (0.0,) * 4),
+                           UnitTimes((0.005,) * 4, (0.0,) * 4), (0.02, 0.01, 0.05, 0.4),
+                           all_low_kl=0.5)
+    effects = effects or CutEffects(precision={'int8-dynamic': CutEffect(1.0, 0.4)})
+    return TimeBillPlanner(lambda: SHORT, Fixed(40), min_cut_saving=0.05,
+                           precisions={'int8-dynamic': lambda: INT8}, effects=effects,
+                           mix=MixConfig(table, 'int8-dynamic'))
+
+
+def test_auto_lowers_only_the_layers_the_deadline_needs_cheapest_kl_first():
+    planner = mixed_planner()
+    request = req(Mode.AUTO, max_new=128)
+    # 40 tokens: 2.0 s at full precision, 0.8 s all int8; a lowered unit saves 7.5 ms a
+    # step. 1.9 s needs 2.4 ms a step: one unit, the one with the least KL (layer 1).
+    plan = planner.plan(request, 45, 1.9)
+    assert plan.precision == 'mixed' and plan.precision_mix == (1,)
+    assert plan.est_wcet_s <= 1.9 and plan.fit_probability == 1.0
+    assert 'layers 1 (1 of 4 units' in plan.precision_text
+    assert 'mixed-precision decoding (1 of 4 units lowered)' in plan.note
+    # Tighter: more layers, cheapest KL first, still sparing the sensitive LM head.
+    plan = planner.plan(request, 45, 1.5)
+    assert plan.precision_mix == (0, 1) and plan.est_wcet_s <= 1.5
+    plan = planner.plan(request, 45, 1.3)
+    assert plan.precision_mix == (0, 1, 2) and plan.est_wcet_s <= 1.3
+    # Enough time: full precision. Below every mix: int8 (from the start, or switching).
+    assert planner.plan(request, 45, 3.0).precision == ''
+    tight = planner.plan(request, 45, 1.0)
+    assert tight.precision_mix == () and 'int8-dynamic' in (
+        tight.precision, tight.fallback.precision if tight.fallback else '')
+    # A mix is never used for MODE_NONE.
+    assert planner.plan(req(Mode.NONE, max_new=128), 45, 1.5).precision == ''
+
+
+def test_the_mix_planner_needs_the_low_precision_resident():
+    from timebill_ros.core.planning import MixConfig
+    with pytest.raises(ValueError, match='resident'):
+        TimeBillPlanner(lambda: SHORT, Fixed(4), mix=MixConfig(
+            mixed_planner().mix.table, 'int8-dynamic'))

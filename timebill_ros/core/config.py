@@ -93,6 +93,12 @@ PARAMS = (
           "the full model's answer is unlikely to fit: 'int8-dynamic' keeps an int8 copy of "
           "a float32 CPU model resident (prefill stays float32); '' disables it.",
           choices=('', 'int8-dynamic')),
+    Param('precision_mix', '', "Per-layer mixed precision for MODE_AUTO: the measured KL "
+          "of lowering each layer and the LM head to auto_precision, from which a knapsack "
+          "DP picks per goal the least-KL set of lowered layers that meets the deadline: "
+          "'shipped' (timebill_ros/data/precision_kl.json, from "
+          "timebill_ros.cli.measure_precision), '' (off: whole-model precision only) or a "
+          'path to such a JSON file.'),
     Param('cut_effects', 'shipped', "Measured answer-length factor and fidelity of each "
           "quality cut, which the planner weighs against P(fit): 'shipped' "
           "(timebill_ros/data/cut_effects.json, from timebill_ros.cli.measure_cuts), '' "
@@ -163,6 +169,7 @@ class NodeConfig:
     min_cut_saving: float = 0.05
     auto_early_exit: bool = False
     auto_precision: str = 'int8-dynamic'
+    precision_mix: str = ''
     cut_effects: str = 'shipped'
     decode_threads: int = 1
     length_predictor_max_tokens: int = 256

@@ -9,12 +9,15 @@ from typing import Callable, Protocol
 from timebill_ros.core.cuts import CutEffect, CutEffects
 from timebill_ros.core.early_exit import ExitRule, LayerTimes, p99_tpot_estimate, schedulable
 from timebill_ros.core.eviction import press_skip_reason, solve_alpha
+from timebill_ros.core.precision import Mix, PrecisionTable
 from timebill_ros.core.request import Mode, Rejection, Request
 from timebill_ros.core.timing import TimingModel, worst_case_tokens
 
 
 # Marks the predictor of a plan whose length is only predicted during the goal's prefill.
 PENDING = '(pending: predicted in prefill)'
+# Plan.precision of a per-layer mix (Plan.precision_mix names the lowered units).
+MIXED = 'mixed'
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,10 @@ class Plan:
     precision: str = ''
     # A faster precision the decode switches to when the time left runs short.
     fallback: Fallback | None = None
+    # precision MIXED: the units (decoder layers 0.., then the LM head) decoding at the
+    # low precision, and the mix in words with its predicted KL.
+    precision_mix: tuple = ()
+    precision_text: str = ''
 
     @property
     def length_pending(self) -> bool:
@@ -150,6 +157,19 @@ class EarlyExitConfig:
 
 
 @dataclass(frozen=True)
+class MixConfig:
+    """Per-layer mixed precision: the unit table and which resident precision is low."""
+
+    table: PrecisionTable
+    low: str
+
+    def describe(self, mix: Mix) -> str:
+        """Return a mix in words for plans and diagnostics."""
+        return (f'{self.low}: {mix.describe()} ({len(mix.lowered)} of {mix.units} units, '
+                f'predicted KL {mix.predicted_kl:.3f})')
+
+
+@dataclass(frozen=True)
 class Cut:
     """One way to run a goal: full model, eviction at ``alpha``, lower precision, early exit."""
 
@@ -157,6 +177,7 @@ class Cut:
     alpha: float = 0.0
     precision: str = ''
     fallback: str = ''
+    mix: Mix | None = None  # precision MIXED: the lowered units
 
     def describe(self, ee: EarlyExitConfig | None) -> str:
         """Return the cut in words (for rejection reasons and notes)."""
@@ -164,7 +185,10 @@ class Cut:
             evict = f' and eviction ratio {self.alpha:g}' if self.alpha > 0 else ''
             return f'with early exit at layer {ee.rule.exit_layers[0]}{evict}'
         words = [f'eviction ratio {self.alpha:.2f}'] if self.alpha > 0 else []
-        if self.precision:
+        if self.precision == MIXED and self.mix is not None:
+            words.append(f'mixed-precision decoding ({len(self.mix.lowered)} of '
+                         f'{self.mix.units} units lowered)')
+        elif self.precision:
             words.append(f'{self.precision} decoding')
         if self.fallback:
             words = [f'{words[0] if words else "the full model"}, switching to '
@@ -204,7 +228,8 @@ class TimeBillPlanner:
                  early_exit: EarlyExitConfig | None = None, tpot_jitter: float = 0.15,
                  plan_quantile: float = 0.9, admit_probability: float = 0.02,
                  min_cut_saving: float = 0.0, auto_early_exit: bool = True,
-                 precisions: dict | None = None, effects: CutEffects | None = None):
+                 precisions: dict | None = None, effects: CutEffects | None = None,
+                 mix: MixConfig | None = None):
         """Configure the planner; raise ValueError on bad settings.
 
         ``time_margin`` keeps that fraction of the time left in reserve for
@@ -215,7 +240,9 @@ class TimeBillPlanner:
         use it whatever this says). ``precisions`` maps a precision MODE_AUTO may decode
         at (e.g. 'int8-dynamic') to a callable returning its TimingModel; the prefill
         stays on the full model. ``effects`` holds each cut's measured answer-length
-        factor and fidelity (core.cuts); without it cuts count as harmless.
+        factor and fidelity (core.cuts); without it cuts count as harmless. ``mix``
+        lets MODE_AUTO lower single layers to ``mix.low`` (a key of ``precisions``),
+        chosen per goal by the knapsack DP of core.precision.
         """
         if not 0.0 <= time_margin < 1.0:
             raise ValueError(f'time_margin must be in [0, 1) (got {time_margin})')
@@ -236,8 +263,35 @@ class TimeBillPlanner:
         self.min_cut_saving, self.auto_early_exit = min_cut_saving, auto_early_exit
         self.precisions = dict(precisions or {})
         self.effects = effects or CutEffects()
+        if mix is not None and mix.low not in self.precisions:
+            raise ValueError(f'mixed precision needs a resident {mix.low} copy')
+        self.mix = mix
+
+    def _mix_model(self, model: TimingModel, mix: Mix, kv: float) -> TimingModel:
+        """Return the ETE of decode steps at ``mix`` (scaled at KV length ``kv``)."""
+        full_step = model.step(kv)
+        low_step = self.precisions[self.mix.low]().step(kv)
+        scale = self.mix.table.step_scale(mix, kv, full_step, low_step) / max(full_step, 1e-12)
+        return TimingModel(model.a, model.b, model.c, model.p * scale, model.q * scale)
+
+    def _mix_for(self, model: TimingModel, n_x: int, worst: int, target: float) -> Mix | None:
+        """Return the least-KL mix whose answer of ``worst`` tokens fits ``target``.
+
+        The per-step budget is the decode time left over the steps, at the mean KV
+        length; None when even every unit lowered cannot make it, or no step is left.
+        """
+        steps = worst - 1
+        if steps <= 0:
+            return None
+        kv = n_x + worst / 2.0
+        budget = (target - model.prefill(n_x)) / steps
+        low = self.precisions[self.mix.low]()
+        return self.mix.table.choose(kv, model.step(kv), low.step(kv), budget)
 
     def _wcet(self, model: TimingModel, cut: Cut, n_x: int, tokens: int) -> float:
+        if cut.precision == MIXED:  # full-precision prefill, then the mix's decode steps
+            return model.prefill(n_x) + self._mix_model(model, cut.mix, n_x + tokens / 2.0) \
+                .decode((1.0 - cut.alpha) * n_x, tokens)
         if cut.precision:  # full-precision prefill, then the variant's decode steps
             return model.prefill(n_x) + self.precisions[cut.precision]().decode(
                 (1.0 - cut.alpha) * n_x, tokens)
@@ -265,6 +319,10 @@ class TimeBillPlanner:
         """Return the measured effect of a cut on answer length and quality."""
         if cut.mode == Mode.EARLY_EXIT:
             return self.effects.early_exit
+        if cut.precision == MIXED:
+            low = self.effects.of_precision(self.mix.low)
+            return CutEffect(self.mix.table.length_factor(cut.mix, low.length_factor),
+                             self.mix.table.fidelity(cut.mix, low.quality))
         evict, precise = self.effects.of_eviction(cut.alpha), \
             self.effects.of_precision(cut.precision)
         return CutEffect(evict.length_factor * precise.length_factor,
@@ -303,6 +361,8 @@ class TimeBillPlanner:
         candidates = []
         if request.mode == Mode.AUTO:
             candidates += [(Cut(Mode.EVICTION, precision=p), p) for p in self.precisions]
+            if self.mix is not None:
+                cuts.append(Cut(Mode.EVICTION, precision=MIXED))  # the DP solves the mix
             if self.early_exit is not None and self.auto_early_exit:
                 candidates.append((Cut(Mode.EARLY_EXIT, 0.0 if evict else self.alpha_max),
                                    'early exit'))
@@ -392,6 +452,10 @@ class TimeBillPlanner:
         """
         options = []
         for cut in cuts:
+            if cut.precision == MIXED:
+                options += self._mixed_option(model, n_x, planned, cap, target, predicted,
+                                              dist, pessimistic)
+                continue
             alphas = [cut.alpha]
             if solve and cut.mode == Mode.EVICTION and cut.alpha > 0.0:
                 bound = cut.alpha
@@ -407,6 +471,27 @@ class TimeBillPlanner:
                 options += [hybrid] if hybrid is not None else []
                 options.append(option)
         return options
+
+    def _mixed_option(self, model: TimingModel, n_x: int, planned: int, cap: int,
+                      target: float, predicted: int, dist, pessimistic: float) -> list:
+        """Judge the least-KL per-layer mix that fits the planned length ([] when none).
+
+        Nothing lowered or everything lowered are the full and the low-precision cuts,
+        judged on their own. A mix lengthens answers by its share of the low precision's
+        factor, so the mix is solved again for the length it causes.
+        """
+        low = self.effects.of_precision(self.mix.low)
+        worst = worst_case_tokens(planned, pessimistic, cap)
+        mix = self._mix_for(model, n_x, worst, target)
+        if mix is not None and not mix.is_full:
+            factor = self.mix.table.length_factor(mix, low.length_factor)
+            longer = worst_case_tokens(max(1, math.ceil(planned * factor)), pessimistic, cap)
+            if longer != worst:
+                mix = self._mix_for(model, n_x, longer, target) or mix
+        if mix is None or mix.is_full or mix.is_all_low:
+            return []
+        return [self._judge(model, Cut(Mode.EVICTION, 0.0, MIXED, mix=mix), n_x, planned,
+                            cap, target, predicted, dist, pessimistic)]
 
     def _choose(self, options: list) -> Option:
         """Return the option with the most expected quality among those likely enough to fit.
@@ -480,7 +565,10 @@ class TimeBillPlanner:
             last_kv = (1.0 - cut.alpha) * prompt_tokens + worst - 1
 
             def p99_for(at: Cut) -> float:
-                step_model = self.precisions[at.precision]() if at.precision else model
+                if at.precision == MIXED:
+                    step_model = self._mix_model(model, at.mix, last_kv)
+                else:
+                    step_model = self.precisions[at.precision]() if at.precision else model
                 share = ee.min_step_share() if ee and at.mode == Mode.EARLY_EXIT else 1.0
                 return p99_tpot_estimate(step_model.step(last_kv) * share, self.tpot_jitter)
             p99 = p99_for(cut)
@@ -524,7 +612,9 @@ class TimeBillPlanner:
             exit_layers=tuple(ee.rule.exit_layers) if cut.mode == Mode.EARLY_EXIT else (),
             token_deadline_s=request.token_deadline_s, est_p99_tpot_s=p99,
             utilisation=utilisation, fit_probability=fit, note=note,
-            precision=cut.precision, fallback=fallback)
+            precision=cut.precision, fallback=fallback,
+            precision_mix=cut.mix.lowered if cut.mix is not None else (),
+            precision_text=self.mix.describe(cut.mix) if cut.mix is not None else '')
         if fit < self.admit_probability and request.mode != Mode.NONE \
                 and request.eviction_ratio == 0.0 and self.infeasible == 'reject':
             raise Rejection(

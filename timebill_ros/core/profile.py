@@ -8,6 +8,7 @@ import re
 
 import yaml
 
+from timebill_ros.core.precision import UnitTimes
 from timebill_ros.core.timing import BatchTimingModel, TimingModel
 
 FORMAT = 1
@@ -34,6 +35,9 @@ class Profile:
     # per-size fit [[p_b, q_b], ...] (core.timing.BatchTimingModel).
     batch_points: list = field(default_factory=list)
     batch_coefficients: list = field(default_factory=list)
+    # Per-unit decode-step times per precision (mixed precision): {precision: {'a': [...],
+    # 'c': [...], 'rest_a': s, 'rest_c': s}} with units the layers then the LM head.
+    unit_times: dict = field(default_factory=dict)
     format: int = FORMAT
 
     def timing_model(self) -> TimingModel:
@@ -47,6 +51,20 @@ class Profile:
         if len(pairs) < max_batch:
             return None
         return BatchTimingModel(tuple((float(p), float(q)) for p, q in pairs))
+
+    def units_of(self, precision: str, units: int) -> UnitTimes | None:
+        """Return the profiled per-unit times at ``precision`` if they cover ``units``."""
+        data = (self.unit_times or {}).get(precision)
+        if not data or len(data.get('a') or ()) != units:
+            return None
+        return UnitTimes(tuple(data['a']), tuple(data['c']), float(data.get('rest_a', 0.0)),
+                         float(data.get('rest_c', 0.0)))
+
+    def set_units(self, precision: str, times: UnitTimes) -> None:
+        """Store per-unit times for ``precision``."""
+        self.unit_times = {**(self.unit_times or {}), precision: {
+            'a': [float(v) for v in times.a], 'c': [float(v) for v in times.c],
+            'rest_a': float(times.rest_a), 'rest_c': float(times.rest_c)}}
 
     def matches(self, model: str, device: str, dtype: str) -> bool:
         """Tell whether this profile was measured for this model, device and dtype."""

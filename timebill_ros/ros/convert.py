@@ -61,7 +61,8 @@ def plan_to_msg(plan: Plan) -> InferencePlan:
         est_p99_tpot_s=float(plan.est_p99_tpot_s), utilisation=float(plan.utilisation),
         fit_probability=float(plan.fit_probability), note=plan.note,
         precision=plan.precision,
-        fallback_precision=plan.fallback.precision if plan.fallback else '')
+        fallback_precision=plan.fallback.precision if plan.fallback else '',
+        precision_mix=plan.precision_text, lowered_units=len(plan.precision_mix))
 
 
 def result_to_msg(result: JobResult) -> Instruct.Result:

@@ -7,7 +7,7 @@ import time
 from typing import Callable, Sequence
 
 from timebill_ros.core.execution import GenerationStats, PrefillDecision, TokenEvent
-from timebill_ros.core.planning import Plan
+from timebill_ros.core.planning import MIXED, Plan
 from timebill_ros.core.request import Mode
 from timebill_ros.runtime.model import intra_op_threads, LoadedModel
 
@@ -51,14 +51,15 @@ class Engine:
 
     def __init__(self, loaded: LoadedModel, press_for_plan: PressFactory | None = None,
                  clock: Callable[[], float] = time.monotonic, exit_decoder=None,
-                 variants: dict | None = None, decode_threads: int = 0):
+                 variants: dict | None = None, decode_threads: int = 0, mixed=None):
         """Wrap a loaded model; ``press_for_plan`` returns a kvpress press or None.
 
         ``exit_decoder`` (a LayerwiseDecoder) runs the decode steps of MODE_EARLY_EXIT
         plans; without one such plans run at full depth. ``variants`` maps a precision
         (e.g. 'int8-dynamic') to a resident copy of the model that runs the decode steps
         of plans asking for it. ``decode_threads`` > 0 sets the intra-op threads of the
-        decode loop (the prefill keeps the thread's default).
+        decode loop (the prefill keeps the thread's default). ``mixed`` (a
+        runtime.precision.MixedModel) runs the decode steps of per-layer mixed plans.
         """
         self.loaded = loaded
         self.press_for_plan = press_for_plan
@@ -66,11 +67,16 @@ class Engine:
         self.exit_decoder = exit_decoder
         self.variants = dict(variants or {})
         self.decode_threads = decode_threads
+        self.mixed = mixed
 
     def decode_model(self, plan: Plan):
         """Return the module that runs the plan's decode steps (ValueError if absent)."""
         if not plan.precision or plan.precision == self.loaded.dtype:
             return self.loaded.model
+        if plan.precision == MIXED:
+            if self.mixed is None:
+                raise ValueError('no mixed-precision shell on this engine')
+            return self.mixed.apply(plan.precision_mix)  # reference swaps only
         if plan.precision not in self.variants:
             raise ValueError(f'no resident {plan.precision} variant of the model')
         return self.variants[plan.precision].model

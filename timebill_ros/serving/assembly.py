@@ -16,7 +16,8 @@ from timebill_ros.core.config import NodeConfig
 from timebill_ros.core.cuts import CutEffects, SHIPPED as SHIPPED_CUT_EFFECTS
 from timebill_ros.core.early_exit import ExitRule, LayerTimes
 from timebill_ros.core.planning import (
-    EarlyExitConfig, FullModelPlanner, MaxTokensPredictor, TimeBillPlanner)
+    EarlyExitConfig, FullModelPlanner, MaxTokensPredictor, MixConfig, TimeBillPlanner)
+from timebill_ros.core.precision import PrecisionTable, SHIPPED as SHIPPED_PRECISION_KL, UnitKL
 from timebill_ros.core.profile import default_path, Profile
 from timebill_ros.core.request import Limits, Mode
 from timebill_ros.core.timing import OnlineBatchDrift, OnlineTimingModel
@@ -24,6 +25,7 @@ from timebill_ros.runtime.early_exit import LayerwiseDecoder, measure_layer_time
 from timebill_ros.runtime.engine import Engine
 from timebill_ros.runtime.exit_heads import ExitHeads, SHIPPED_EXIT_HEADS
 from timebill_ros.runtime.model import cache_root, ModelLoadError, precision_variant
+from timebill_ros.runtime.precision import MixedModel, unit_times
 from timebill_ros.runtime.predictor import load_predictor, SHIPPED_HEAD
 from timebill_ros.runtime.presses import press_for_plan
 from timebill_ros.runtime.profiler import batch_profile, calibrate, Grid, QUICK
@@ -67,6 +69,7 @@ class Assembly:
         self.config, self.loaded, self.log = config, loaded, log
         self.model_lock = threading.Lock()
         self.variants = self._make_variants()
+        self.mixed, self.unit_kl = self._make_mixed()
         self.exit_rule, self.exit_heads = self._make_exit_rule()
         if config.warm_up:
             self.engine().warm_up(press=config.press)
@@ -78,7 +81,8 @@ class Assembly:
     def engine(self, exit_decoder=None) -> Engine:
         """Return a new engine over the model and its resident variants."""
         return Engine(self.loaded, press_for_plan, exit_decoder=exit_decoder,
-                      variants=self.variants, decode_threads=self.config.decode_threads)
+                      variants=self.variants, decode_threads=self.config.decode_threads,
+                      mixed=self.mixed)
 
     # -- parts that live as long as the model ------------------------------------------
 
@@ -151,6 +155,54 @@ class Assembly:
             return {}
         self.log.info(f'resident {precision} copy for MODE_AUTO decoding')
         return {precision: variant}
+
+    def _make_mixed(self) -> tuple:
+        """Return (MixedModel, UnitKL) for per-layer precision, or (None, None) when off."""
+        choice = self.config.precision_mix
+        low = self.config.auto_precision
+        if not choice:
+            return None, None
+        if low not in self.variants:
+            self.log.warning(f'precision_mix needs a resident auto_precision copy '
+                             f'({low!r} is not loaded): whole-model precision only')
+            return None, None
+        path = SHIPPED_PRECISION_KL if choice == 'shipped' else Path(choice)
+        table = UnitKL.load(path)  # ValueError: a broken file is a configuration error
+        try:
+            mixed = MixedModel(self.loaded, self.variants[low])
+        except ValueError as exc:
+            self.log.warning(f'precision_mix unavailable: {exc}')
+            return None, None
+        if table.source != self.loaded.name or table.low != low or \
+                len(table.unit_kl) != mixed.units:
+            self.log.warning(f'precision KL {path} was measured for {table.source!r} at '
+                             f'{table.low} over {len(table.unit_kl)} units, not this model: '
+                             'whole-model precision only')
+            return None, None
+        self.log.info(f'per-layer {low} mixes from {path} ({mixed.units} units)')
+        return mixed, table
+
+    def _mix_from(self, profile: Profile) -> MixConfig | None:
+        """Return the DP's table: unit times from the profile (measured now if absent)."""
+        if self.mixed is None:
+            return None
+        low = self.config.auto_precision
+        times = {}
+        for precision, loaded in ((self.loaded.dtype, self.loaded), (low, self.variants[low])):
+            found = profile.units_of(precision, self.mixed.units)
+            if found is None:
+                with self.model_lock:
+                    found = unit_times(loaded, threads=self.config.decode_threads)
+                profile.set_units(precision, found)
+                try:
+                    profile.save(self.profile_path)
+                except OSError as exc:
+                    self.log.warning(f'cannot save unit times to {self.profile_path}: {exc}')
+                self.log.info(f'per-unit {precision} decode times measured now '
+                              f'(step {found.total(512) * 1e3:.1f} ms at 512 KV)')
+            times[precision] = found
+        return MixConfig(PrecisionTable(low, times[self.loaded.dtype], times[low],
+                                        self.unit_kl.unit_kl, self.unit_kl.all_low_kl), low)
 
     def _load_cut_effects(self, choice: str) -> CutEffects:
         """Read the measured effects of each cut ('' or a mismatch: cuts count as harmless)."""
@@ -290,7 +342,9 @@ class Assembly:
                                   config.press, config.infeasible, config.time_margin,
                                   early_exit, config.tpot_jitter, config.plan_quantile,
                                   config.admit_probability, config.min_cut_saving,
-                                  config.auto_early_exit, precisions, self.effects)
+                                  config.auto_early_exit, precisions, self.effects,
+                                  self._mix_from(profile) if self.config.auto_precision
+                                  in online_variants else None)
         modes = {Mode.AUTO, Mode.NONE, Mode.EVICTION}
         limits = config.limits(modes | {Mode.EARLY_EXIT} if early_exit is not None else modes)
         return Pipeline(planner, limits, engine, online, dict(online_variants), early_exit,

@@ -14,7 +14,7 @@ from typing import Callable
 from timebill_ros.core.deadline import DeadlineClock, SkipNextTracker
 from timebill_ros.core.execution import (
     ended_before_start, JobResult, JobRun, PrefillDecision, run_job, TokenEvent)
-from timebill_ros.core.planning import Plan, TimeBillPlanner
+from timebill_ros.core.planning import MIXED, Plan, TimeBillPlanner
 from timebill_ros.core.profile import Profile
 from timebill_ros.core.request import check_prompt_fits, Mode, Outcome, Rejection, validate
 from timebill_ros.core.scheduling import make_scheduler, slot_starts
@@ -81,6 +81,7 @@ class Server:
         # Answer length assumed for a waiting goal whose length is predicted only in its
         # prefill: a running mean of finished answers.
         self._typical_tokens = 32.0
+        self._last_precision = ''  # the last finished goal's decode precision (diagnostics)
         self._stopping = False
         self._worker = threading.Thread(target=self._work_loop, name='timebill-worker',
                                         daemon=True)
@@ -495,6 +496,10 @@ class Server:
                 self.telemetry.ete_error(error)
             if result.outcome == Outcome.REJECTED and not result.plan.feasible:
                 self.telemetry.deadline_rejection(result.plan.fit_probability)
+            if result.prefill_s > 0.0:
+                plan = result.plan
+                self._last_precision = plan.precision_text or plan.precision or \
+                    self.loaded.dtype
             if result.outcome == Outcome.COMPLETED:
                 # Only finished answers have a true length (a killed one was cut short).
                 self._typical_tokens = 0.9 * self._typical_tokens + 0.1 * result.tokens
@@ -520,9 +525,11 @@ class Server:
         with self._lock:
             summary = self.telemetry.summary()
             extra = {'queue_length': len(self._queue), 'executing': len(self._running),
-                     'scheduler': self._queue.name}
+                     'scheduler': self._queue.name, 'last_precision': self._last_precision}
         extra.update({'planner': type(pipeline.planner).__name__,
                       'auto_precision': ','.join(pipeline.online_variants),
+                      'precision_mix': f'{pipeline.planner.mix.table.units} units'
+                      if getattr(pipeline.planner, 'mix', None) else 'off',
                       'early_exit_layers': ','.join(map(str, pipeline.early_exit.rule.exit_layers))
                       if pipeline.early_exit else ''})
         if pipeline.online is not None:
@@ -557,8 +564,9 @@ def learn_timing(pipeline: Pipeline, job: Job, result: JobResult) -> tuple:
         # them out of its fit (and out of the ETE error); the prefill still counts.
         online.observe(n_x, result.prefill_s, result.kv_tokens, ())
         return 0.0, 0.0
-    if result.batch_peak > 1:
-        # Batched steps are not the single-sequence steps the ETE models: prefill only.
+    if result.batch_peak > 1 or result.plan.precision == MIXED:
+        # Batched or mixed-precision steps are not the steps either ETE models (the batch
+        # model has its own drift; a mix scales both ETEs): prefill only.
         online.observe(n_x, result.prefill_s, result.kv_tokens, ())
         return 0.0, 0.0
     switched = pipeline.online_variants.get(result.switched_to)
