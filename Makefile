@@ -13,6 +13,8 @@
 #   make bench-batch      batched decoding: bound and tokens/s through the node (results/batch)
 #   make bench-sched      FIFO / EDF / SVF from rosbag replays at several loads (results/sched)
 #   make measure-cuts     answer length + fidelity per quality cut (timebill_ros/data/cut_effects.json)
+#   make measure-precision  KL per int8 layer, additivity, unit times (timebill_ros/data/precision_kl.json)
+#   make bench-precision    robot workload: TimeBill with / without per-layer precision (results/precision_robot)
 #   make clean   remove build/ install/ log/ (keeps .venv)
 
 SHELL := /bin/bash
@@ -35,7 +37,8 @@ LINT_PATHS = $(call existing,timebill_ros test scripts/timebill_node scripts/ete
 DOC_PATHS = $(call existing,timebill_ros test scripts/ete_in_node.py)
 
 .PHONY: venv build test lint node demo bench bench-overhead bench-robot \
-        bench-longcontext bench-sched bench-batch measure-cuts clean
+        bench-longcontext bench-sched bench-batch measure-cuts measure-precision \
+        bench-precision clean
 
 venv: $(STAMP)
 
@@ -93,6 +96,12 @@ bench-sched: build
 
 measure-cuts: build
 	$(ENV) && exec python -m timebill_ros.cli.measure_cuts --every 2 $(BENCH_ARGS)
+
+measure-precision: build
+	$(ENV) && exec python -m timebill_ros.cli.measure_precision $(BENCH_ARGS)
+
+bench-precision: build
+	$(ENV) && exec python -m timebill_ros.cli.bench_precision $(BENCH_ARGS)
 
 clean:
 	rm -rf "$(ROOT)/build" "$(ROOT)/install" "$(ROOT)/log" "$(ROOT)/.pytest_cache"

@@ -341,3 +341,21 @@ def test_the_mix_planner_needs_the_low_precision_resident():
     with pytest.raises(ValueError, match='resident'):
         TimeBillPlanner(lambda: SHORT, Fixed(4), mix=MixConfig(
             mixed_planner().mix.table, 'int8-dynamic'))
+
+
+def test_a_goal_may_pin_its_precision():
+    planner = mixed_planner()
+    # 1.9 s would lower one layer; pinned to float32 nothing is lowered, so it cannot fit.
+    pinned = replace(req(Mode.AUTO, max_new=128), precision='float32')
+    with pytest.raises(Rejection, match='with the full model'):
+        planner.plan(pinned, 45, 1.9)
+    full = planner.plan(pinned, 45, 3.0)  # and no int8 kept in reserve
+    assert full.precision == '' and full.fallback is None and full.precision_mix == ()
+    # Pinned to int8: every step at int8, even with time to spare.
+    low = planner.plan(replace(req(Mode.AUTO, max_new=128), precision='int8-dynamic'), 45,
+                       30.0)
+    assert low.precision == 'int8-dynamic' and 'pinned by the goal' in low.note
+    assert low.est_wcet_s == pytest.approx(SHORT.prefill(45) + INT8.decode(45, 40))
+    none = planner.plan(replace(req(Mode.NONE, max_new=128), precision='int8-dynamic'), 45,
+                        30.0)
+    assert none.precision == 'int8-dynamic'

@@ -72,3 +72,18 @@ def test_fixed_eviction_ratio_needs_eviction_mode_and_a_range():
         fields.update(bad)
         with pytest.raises(Rejection, match=why):
             validate(GoalSpec('hi', **fields), limits)
+
+
+def test_a_pinned_precision_must_be_resident_and_needs_auto_or_none():
+    from timebill_ros.core.request import GoalSpec, Limits, Mode, Rejection, validate
+    limits = Limits(precisions=frozenset({'float32', 'int8-dynamic'}),
+                    supported_modes=frozenset({Mode.AUTO, Mode.NONE, Mode.EVICTION}))
+    ok = validate(GoalSpec('Go.', budget_s=1.0, precision='int8-dynamic'), limits)
+    assert ok.precision == 'int8-dynamic'
+    assert validate(GoalSpec('Go.', budget_s=1.0), limits).precision == ''
+    with pytest.raises(Rejection, match=r"precision 'int4' is not available.*float32, "
+                                        r"int8-dynamic"):
+        validate(GoalSpec('Go.', budget_s=1.0, precision='int4'), limits)
+    with pytest.raises(Rejection, match='needs MODE_AUTO or MODE_NONE'):
+        validate(GoalSpec('Go.', budget_s=1.0, mode=int(Mode.EVICTION),
+                          precision='float32'), limits)

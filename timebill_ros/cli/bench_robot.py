@@ -114,7 +114,9 @@ class Bench:
                 'worst': int(plan.worst_case_tokens), 'fit': float(plan.fit_probability),
                 'note': plan.note, 'exit': list(plan.exit_layers),
                 'precision': plan.precision, 'fallback': plan.fallback_precision,
-                'switched': 'decoding from answer token' in res.reason}
+                'switched': 'decoding from answer token' in res.reason,
+                'lowered': int(getattr(plan, 'lowered_units', 0)),
+                'mix': getattr(plan, 'precision_mix', '')}
 
 
 def write_outputs(out: Path, report: dict, markdown, plot) -> None:

@@ -202,9 +202,13 @@ class NodeConfig:
             raise ValueError('miss_rate_warn must be <= miss_rate_error')
         return config
 
-    def limits(self, supported_modes=frozenset({Mode.AUTO, Mode.NONE})) -> Limits:
-        """Return the goal-validation limits this config implies."""
-        return Limits(
+    def limits(self, supported_modes=frozenset({Mode.AUTO, Mode.NONE}),
+               precisions: frozenset = frozenset()) -> Limits:
+        """Return the goal-validation limits this config implies.
+
+        ``precisions``: the resident copies a goal may pin besides the node's dtype.
+        """
+        return Limits(precisions=frozenset({self.dtype, *precisions}),
             max_budget_s=self.max_budget_s, default_max_new_tokens=self.max_new_tokens,
             max_new_tokens_limit=self.max_new_tokens_limit,
             default_pessimistic_factor=self.pessimistic_factor,

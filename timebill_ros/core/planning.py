@@ -337,8 +337,11 @@ class TimeBillPlanner:
             if self.early_exit is None:
                 raise Rejection('MODE_EARLY_EXIT is not configured on this node')
             return [Cut(Mode.EARLY_EXIT)], ''
+        pinned = request.precision if request.precision in self.precisions else ''
         if request.mode == Mode.NONE:
-            return [Cut(Mode.NONE)], ''
+            return [Cut(Mode.NONE, precision=pinned)], ''
+        if pinned:  # the goal pinned a resident copy: every decode step at it
+            return [Cut(Mode.EVICTION, precision=pinned)], f'precision {pinned} pinned by the goal'
         if request.eviction_ratio > 0.0:  # the caller's fixed ratio
             skip = press_skip_reason(self.press, n_x, request.eviction_ratio)
             return ([Cut(Mode.EVICTION)], skip) if skip else \
@@ -359,7 +362,7 @@ class TimeBillPlanner:
         else:
             cuts.append(Cut(Mode.EVICTION, self.alpha_max))  # alpha solved per budget
         candidates = []
-        if request.mode == Mode.AUTO:
+        if request.mode == Mode.AUTO and not request.precision:
             candidates += [(Cut(Mode.EVICTION, precision=p), p) for p in self.precisions]
             if self.mix is not None:
                 cuts.append(Cut(Mode.EVICTION, precision=MIXED))  # the DP solves the mix
@@ -444,11 +447,12 @@ class TimeBillPlanner:
 
     def _options(self, model: TimingModel, cuts: list, n_x: int, planned: int, cap: int,
                  target: float, predicted: int, dist, pessimistic: float,
-                 solve: bool) -> list:
+                 solve: bool, switch: bool = True) -> list:
         """Judge every cut; an eviction bound becomes the ratios worth trying.
 
         With ``solve`` those are the smallest ratio that fits the planned length, the
-        measured ratios below the bound, and the bound itself.
+        measured ratios below the bound, and the bound itself. ``switch`` also judges
+        full precision switching to a lower one (not for a goal that pinned its precision).
         """
         options = []
         for cut in cuts:
@@ -467,7 +471,7 @@ class TimeBillPlanner:
                 option = self._judge(model, Cut(cut.mode, alpha, cut.precision), n_x,
                                      planned, cap, target, predicted, dist, pessimistic)
                 hybrid = self._hybrid(model, option, n_x, target, predicted, dist) \
-                    if cut.precision and alpha == 0.0 else None
+                    if cut.precision and alpha == 0.0 and switch else None
                 options += [hybrid] if hybrid is not None else []
                 options.append(option)
         return options
@@ -545,7 +549,8 @@ class TimeBillPlanner:
         cuts, note = self._cuts(model, request, prompt_tokens, base)
         options = self._options(model, cuts, prompt_tokens, max(1, planned), cap, target,
                                 predicted, dist, request.pessimistic_factor,
-                                solve=request.eviction_ratio == 0.0)
+                                solve=request.eviction_ratio == 0.0,
+                                switch=not request.precision)
         chosen = self._choose(options)
         if chosen.probability < self.admit_probability:
             note = '; '.join(filter(None, [note, (
@@ -589,7 +594,7 @@ class TimeBillPlanner:
         wcet, fits, fit = chosen.wcet, chosen.fits, chosen.probability
         fallback = None
         if request.mode == Mode.AUTO and cut.mode != Mode.EARLY_EXIT and not cut.precision \
-                and self.precisions:
+                and self.precisions and not request.precision:
             # A full-precision plan keeps a faster precision in reserve: an answer or a
             # step running longer than planned switches instead of missing.
             name = cut.fallback or next(iter(self.precisions))

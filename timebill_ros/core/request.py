@@ -66,6 +66,7 @@ class GoalSpec:
     eviction_ratio: float = 0.0
     expected_tokens: int = 0
     token_deadline_s: float = 0.0
+    precision: str = ''
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,8 @@ class Limits:
     supported_modes: frozenset = frozenset({Mode.AUTO, Mode.NONE})
     max_instruction_chars: int = 200_000
     alpha_max: float = 0.95
+    # Precisions a goal may pin: the node's dtype and its resident copies.
+    precisions: frozenset = frozenset({'float32'})
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,8 @@ class Request:
     expected_tokens: int = 0
     # Per-token deadline D (s) for schedulability; 0 = none.
     token_deadline_s: float = 0.0
+    # Pinned decode precision ('' = the planner's choice).
+    precision: str = ''
 
 
 def _enum_value(enum_type, value, what: str):
@@ -156,11 +161,17 @@ def validate(spec: GoalSpec, limits: Limits) -> Request:
     if not math.isfinite(token_deadline) or token_deadline < 0.0 or token_deadline > budget:
         raise Rejection(f'token_deadline must be in [0, budget {budget:g} s] '
                         f'(got {token_deadline:g} s)')
+    precision = str(spec.precision or '').strip()
+    if precision and precision not in limits.precisions:
+        raise Rejection(f'precision {precision!r} is not available on this node (available: '
+                        f'{", ".join(sorted(limits.precisions))}, or empty for the planner)')
+    if precision and mode not in (Mode.AUTO, Mode.NONE):
+        raise Rejection(f'a pinned precision needs MODE_AUTO or MODE_NONE (got {mode.name})')
     return Request(
         instruction=spec.instruction, context=spec.context or '', budget_s=budget,
         policy=policy, mode=mode, max_new_tokens=max_new, pessimistic_factor=factor,
         request_id=spec.request_id, eviction_ratio=ratio, expected_tokens=expected,
-        token_deadline_s=token_deadline)
+        token_deadline_s=token_deadline, precision=precision)
 
 
 def check_prompt_fits(prompt_tokens: int, context_window: int) -> None:

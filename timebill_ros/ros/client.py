@@ -54,12 +54,13 @@ def outcome_name(outcome: int) -> str:
 def make_goal(instruction: str, budget_s: float, context: str = '', policy: int = 0,
               mode: int = 1, max_new_tokens: int = 0,
               pessimistic_factor: float = 0.0, eviction_ratio: float = 0.0,
-              expected_tokens: int = 0) -> Instruct.Goal:
+              expected_tokens: int = 0, precision: str = '') -> Instruct.Goal:
     """Build an Instruct goal from plain values."""
     return Instruct.Goal(instruction=instruction, context=context,
                          budget=s_to_duration(budget_s), overrun_policy=policy, mode=mode,
                          max_new_tokens=max_new_tokens, pessimistic_factor=pessimistic_factor,
-                         eviction_ratio=eviction_ratio, expected_tokens=expected_tokens)
+                         eviction_ratio=eviction_ratio, expected_tokens=expected_tokens,
+                         precision=precision)
 
 
 class InstructClient:

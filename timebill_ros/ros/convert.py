@@ -42,7 +42,7 @@ def spec_from(msg, request_id: str = '') -> GoalSpec:
         eviction_ratio=getattr(msg, 'eviction_ratio', 0.0),
         expected_tokens=getattr(msg, 'expected_tokens', 0),
         token_deadline_s=duration_to_s(msg.token_deadline) if hasattr(msg, 'token_deadline')
-        else 0.0)
+        else 0.0, precision=getattr(msg, 'precision', ''))
 
 
 def plan_to_msg(plan: Plan) -> InferencePlan:

@@ -346,6 +346,7 @@ class Assembly:
                                   self._mix_from(profile) if self.config.auto_precision
                                   in online_variants else None)
         modes = {Mode.AUTO, Mode.NONE, Mode.EVICTION}
-        limits = config.limits(modes | {Mode.EARLY_EXIT} if early_exit is not None else modes)
+        limits = config.limits(modes | {Mode.EARLY_EXIT} if early_exit is not None else modes,
+                               frozenset(online_variants))
         return Pipeline(planner, limits, engine, online, dict(online_variants), early_exit,
                         self._batch_from(profile))
