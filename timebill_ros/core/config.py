@@ -208,12 +208,13 @@ class NodeConfig:
 
         ``precisions``: the resident copies a goal may pin besides the node's dtype.
         """
-        return Limits(precisions=frozenset({self.dtype, *precisions}),
+        return Limits(
             max_budget_s=self.max_budget_s, default_max_new_tokens=self.max_new_tokens,
             max_new_tokens_limit=self.max_new_tokens_limit,
             default_pessimistic_factor=self.pessimistic_factor,
             default_policy=POLICY_NAMES[self.default_policy],
-            supported_modes=frozenset(supported_modes), alpha_max=self.alpha_max)
+            supported_modes=frozenset(supported_modes), alpha_max=self.alpha_max,
+            precisions=frozenset({self.dtype, *precisions}))
 
     def exit_layers(self) -> tuple:
         """Return the early-exit layers as increasing ints (empty: disabled)."""
