@@ -250,3 +250,54 @@ def check_param(param: Param, value) -> None:
         raise ValueError(f'parameter {param.name}={value!r} is above {param.high}')
     if param.choices and value not in param.choices:
         raise ValueError(f'parameter {param.name}={value!r} is not one of {param.choices}')
+
+
+_JSON_TYPES = {bool: 'boolean', int: 'integer', float: 'number', str: 'string'}
+
+
+def json_schema() -> dict:
+    """Return the JSON Schema of the node's parameter file, built from ``PARAMS``.
+
+    The layout is ROS 2's (``/**: ros__parameters:``); every parameter carries its type,
+    default, description, range and choices, and unknown names are refused, as the
+    node does.
+    """
+    properties = {}
+    for param in PARAMS:
+        entry = {'type': _JSON_TYPES[type(param.default)], 'default': param.default,
+                 'description': param.description}
+        if param.low is not None:
+            entry['minimum'] = param.low
+        if param.high is not None:
+            entry['maximum'] = param.high
+        if param.choices:
+            entry['enum'] = list(param.choices)
+        properties[param.name] = entry
+    node = {'type': 'object', 'properties': properties, 'additionalProperties': False}
+    return {
+        '$schema': 'http://json-schema.org/draft-07/schema#',
+        'title': 'Parameters for the timebill node',
+        'type': 'object',
+        'definitions': {'timebill': node},
+        'properties': {'/**': {'type': 'object', 'properties': {
+            'ros__parameters': {'$ref': '#/definitions/timebill'}},
+            'required': ['ros__parameters'], 'additionalProperties': False}},
+        'required': ['/**'], 'additionalProperties': False}
+
+
+def markdown_table() -> str:
+    """Return the README's parameter table, built from ``PARAMS``."""
+    def cell(text) -> str:
+        return str(text).replace('|', '\\|').replace('\n', ' ')
+    rows = ['| parameter | default | range / choices | meaning |', '|---|---|---|---|']
+    for param in PARAMS:
+        if param.choices:
+            span = ', '.join(f'`{c}`' if c else "`''`" for c in param.choices)
+        elif param.low is not None or param.high is not None:
+            span = f'{param.low:g} .. {param.high:g}'
+        else:
+            span = ''
+        default = param.default if param.default != '' else "''"
+        rows.append(f'| `{param.name}` | {cell(default)} | {cell(span)} | '
+                    f'{cell(param.description)} |')
+    return '\n'.join(rows)
