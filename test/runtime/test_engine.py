@@ -119,3 +119,28 @@ def test_intra_op_threads_is_scoped():
     assert torch.get_num_threads() == before
     with intra_op_threads(0):
         assert torch.get_num_threads() == before
+
+
+def test_prefill_and_layer_timing_wait_for_the_device(monkeypatch):
+    """CUDA runs kernels asynchronously: the timed paths must synchronise (no-op on CPU)."""
+    import torch
+    from timebill_ros.core.planning import Plan
+    from timebill_ros.runtime import early_exit, engine as engine_module, model as model_module
+    from timebill_ros.runtime.engine import Engine
+    from timebill_ros.runtime.model import load_model
+    waited = []
+    monkeypatch.setattr(torch.cuda, 'synchronize', lambda device=None: waited.append(device))
+    model_module.synchronize('cpu')
+    assert waited == []
+    model_module.synchronize('cuda:0')
+    assert waited == ['cuda:0']
+    calls = []
+    monkeypatch.setattr(engine_module, 'synchronize', calls.append)
+    monkeypatch.setattr(early_exit, 'synchronize', calls.append)
+    loaded = load_model('tiny-random')
+    Engine(loaded).prefill([1500, 1600, 1700], Plan())
+    assert calls == ['cpu']
+    calls.clear()
+    early_exit.measure_layer_times(loaded, n_kv=16, steps=1)
+    # Before the first layer and after each layer of both steps (warm-up and measured).
+    assert len(calls) == 2 * (1 + len(loaded.model.model.layers))

@@ -18,7 +18,7 @@ import time
 from typing import Callable
 
 from timebill_ros.core.early_exit import CONTINUE, ExitRule, FULL, LayerTimes
-from timebill_ros.runtime.model import LoadedModel
+from timebill_ros.runtime.model import LoadedModel, synchronize
 
 
 @dataclass
@@ -127,11 +127,13 @@ def measure_layer_times(loaded: LoadedModel, n_kv: int = 512, steps: int = 8) ->
             pos = torch.tensor([[n_kv + step]], device=loaded.device)
             hidden = inner.embed_tokens(torch.tensor([[1500]], device=loaded.device))
             rotary = inner.rotary_emb(hidden, pos)
+            synchronize(loaded.device)
             for index, layer in enumerate(inner.layers):
                 t0 = time.perf_counter()
                 hidden = layer(hidden, position_ids=pos, past_key_values=cache, use_cache=True,
                                position_embeddings=rotary)
                 hidden = hidden[0] if isinstance(hidden, tuple) else hidden
+                synchronize(loaded.device)  # CUDA: time the layer's work, not its launch
                 if step:
                     per_layer[index].append(time.perf_counter() - t0)
             t0 = time.perf_counter()

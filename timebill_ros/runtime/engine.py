@@ -9,7 +9,7 @@ from typing import Callable, Sequence
 from timebill_ros.core.execution import GenerationStats, PrefillDecision, TokenEvent
 from timebill_ros.core.planning import MIXED, Plan
 from timebill_ros.core.request import Mode
-from timebill_ros.runtime.model import intra_op_threads, LoadedModel
+from timebill_ros.runtime.model import intra_op_threads, LoadedModel, synchronize
 
 
 class StreamDecoder:
@@ -141,10 +141,12 @@ class Engine:
             cache = DynamicCache()
             t0 = self.clock()
             out, plan = self._prefill(ids, cache, plan, decide, stats)
+            first = int(out.logits[0, -1].argmax())  # on CUDA this waits for the prefill
+            synchronize(self.loaded.device)
             stats.prefill_s = self.clock() - t0
             stats.kv_tokens_after_prefill = cache.get_seq_length()
         stats.plan = plan
-        return cache, int(out.logits[0, -1].argmax()), stats
+        return cache, first, stats
 
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, plan: Plan,
                  on_token: Callable[[TokenEvent], bool],

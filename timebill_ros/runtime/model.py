@@ -230,6 +230,19 @@ def precision_variant(loaded: LoadedModel, dtype: str) -> LoadedModel:
                        eos_ids=loaded.eos_ids, tokenizer_lock=loaded.tokenizer_lock)
 
 
+def synchronize(device: str) -> None:
+    """Wait for the device's queued kernels (CUDA runs them asynchronously; CPU: no-op).
+
+    Every timing path calls this before reading the clock where nothing else has
+    forced a device-to-host copy (``int(tensor)`` already waits): a prefill's end, each
+    layer of the per-layer profiles. Decode steps need none: choosing the next token
+    copies it to the host.
+    """
+    if str(device).startswith('cuda'):
+        import torch
+        torch.cuda.synchronize(device)
+
+
 @contextmanager
 def intra_op_threads(threads: int):
     """Run the block with ``threads`` intra-op CPU threads in this thread (0: unchanged).
