@@ -60,3 +60,27 @@ def test_each_sequence_decodes_as_it_would_alone(tiny):
     batch.leave('short')
     batch.leave('mid')
     assert len(batch) == 0 and batch.cached_tokens() == 0
+
+
+def test_a_sequence_taken_out_continues_in_another_batch_as_it_would_alone(tiny):
+    engine = Engine(tiny, press_for_plan)
+    ids = {k: prompt_ids(tiny.tokenizer, v) for k, v in PROMPTS.items()}
+    want = solo(engine, ids['short'], 14)
+    first, second = BatchDecoder(tiny.model), BatchDecoder(tiny.model)
+    got = []
+    for key in ('long', 'short'):  # 'short' is left-padded behind 'long'
+        cache, token, _ = engine.prefill(ids[key], Plan())
+        if key == 'short':
+            got.append(token)
+        first.join(key, cache, token, len(ids[key]))
+    for _ in range(5):
+        got.append(first.step()['short'])
+    cache, token, position = first.take('short')
+    assert first.keys == ['long'] and cache.get_seq_length() == len(ids['short']) + 5
+    assert token == got[-1] and position == len(ids['short']) + 5
+    cache2, token2, _ = engine.prefill(ids['mid'], Plan())
+    second.join('mid', cache2, token2, len(ids['mid']))
+    second.join('short', cache, token, position)
+    while len(got) < 14:
+        got.append(second.step()['short'])
+    assert got == want

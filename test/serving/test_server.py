@@ -316,3 +316,78 @@ def test_a_profile_without_batched_steps_gets_them_measured_and_saved(loaded, tm
         assert all(model.step(b, 100) > 0.0 for b in range(1, 5))
     finally:
         server.stop()
+
+
+def lanes_server(loaded, tmp_path):
+    """A max_batch 4 server with an int8 copy; profiles say everything fits easily."""
+    from timebill_ros.core.profile import Profile
+    for name, dtype in (('tiny.yaml', 'float32'), ('tiny.int8-dynamic.yaml', 'int8-dynamic')):
+        Profile(model='tiny-random', device='cpu', dtype=dtype,
+                coefficients={'a': 0.0, 'b': 0.0, 'c': 0.001, 'p': 0.0, 'q': 0.001},
+                prefill_points=[[n, 0.001] for n in (16, 64, 256)],
+                decode_points=[[n, 0.001] for n in (16, 64, 256)],
+                batch_coefficients=[[0.0, 0.001]] * 4).save(tmp_path / name)
+    config = NodeConfig.from_dict({
+        'model': 'tiny-random', 'calibrate_on_start': False, 'warm_up': False,
+        'length_predictor': 'max-new-tokens', 'cut_effects': '', 'max_batch': 4,
+        'profile': str(tmp_path / 'tiny.yaml'), 'max_new_tokens_limit': 8192})
+    return Server(Assembly(config, loaded, Log()), lambda *args: None)
+
+
+def test_goals_of_two_precisions_share_rounds_and_each_is_killed_on_time(loaded, tmp_path):
+    server = lanes_server(loaded, tmp_path)
+    none = int(Mode.NONE)
+    try:
+        alone = {}
+        for precision in ('', 'int8-dynamic'):
+            job = server.admit(GoalSpec('Report the battery level.', budget_s=60.0, mode=none,
+                                        max_new_tokens=12, precision=precision), f'a{precision}')
+            server.submit(job)
+            wait_all([job])
+            alone[precision] = job.result.text
+        with server.assembly.model_lock:
+            # A long int8 goal and a float32 goal that must be killed at 0.3 s: before,
+            # the int8 goal decoded alone to its end while the batch waited.
+            long = server.admit(GoalSpec('Go on.', budget_s=60.0, mode=none,
+                                         max_new_tokens=6000, precision='int8-dynamic'),
+                                'long')
+            short = server.admit(GoalSpec('Go on.', budget_s=0.3, mode=none,
+                                          max_new_tokens=6000), 'short')
+            both = [server.admit(GoalSpec('Report the battery level.', budget_s=60.0,
+                                          mode=none, max_new_tokens=12, precision=p), f'b{p}')
+                    for p in ('', 'int8-dynamic')]
+            for job in (long, short, *both):
+                server.submit(job)
+        wait_all([long, short, *both], timeout=120)
+        assert short.result.outcome == Outcome.KILLED
+        assert short.result.e2e_s < 0.3 + 0.25, short.result.e2e_s
+        assert long.result.outcome == Outcome.COMPLETED and long.result.tokens == 6000
+        # Each precision's answer is the one it gives alone.
+        assert both[0].result.text == alone[''] and both[1].result.text == alone['int8-dynamic']
+        assert both[1].result.plan.precision == 'int8-dynamic'
+        assert max(job.result.batch_peak for job in both) >= 3
+    finally:
+        server.stop(timeout_s=30.0)
+
+
+def test_close_ends_queued_goals_and_stops_the_running_one_with_the_reason(loaded):
+    server, finished = make_server(loaded)
+    try:
+        with server.assembly.model_lock:
+            running = server.admit(GoalSpec('Go on.', budget_s=60.0, mode=int(Mode.NONE),
+                                            max_new_tokens=1000), 'running')
+            queued = server.admit(spec(), 'queued')
+            server.submit(running)
+            wait_executing(server)
+            server.submit(queued)
+            assert server.close('the node is shutting down (SIGTERM)') == 1
+        wait_all([running, queued])
+        assert queued.result.outcome == Outcome.FAILED
+        assert 'shutting down (SIGTERM) before it started' in queued.result.reason
+        assert running.result.outcome == Outcome.FAILED
+        assert 'stopped after' in running.result.reason
+        with pytest.raises(Rejection, match='not accepting goals'):
+            server.admit(spec(), 'late')
+        assert server.settled()  # submitted jobs are not kept once they ended
+    finally:
+        server.stop()

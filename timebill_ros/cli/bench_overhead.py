@@ -39,7 +39,8 @@ def bare_loop(loaded, ids, max_new: int) -> tuple:
     with torch.inference_mode():
         cache = DynamicCache()
         t0 = time.monotonic()
-        out = model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
+        out = model(input_ids=torch.tensor([ids], device=model.device), past_key_values=cache,
+                    use_cache=True)
         nxt = int(out.logits[0, -1].argmax())
         t1 = time.monotonic()
         tokens = 0
@@ -49,8 +50,9 @@ def bare_loop(loaded, ids, max_new: int) -> tuple:
             tokens += 1
             if tokens == max_new:
                 break
-            out = model(input_ids=torch.tensor([[nxt]]), past_key_values=cache,
-                        position_ids=torch.tensor([[len(ids) + i]]), use_cache=True)
+            out = model(input_ids=torch.tensor([[nxt]], device=model.device),
+                        past_key_values=cache, use_cache=True,
+                        position_ids=torch.tensor([[len(ids) + i]], device=model.device))
             nxt = int(out.logits[0, -1].argmax())
         t2 = time.monotonic()
     return tokens, t1 - t0, t2 - t1
@@ -79,12 +81,16 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument('--max-new-tokens', type=int, default=64)
     parser.add_argument('--repeats', type=int, default=2)
+    parser.add_argument('--device', default='cpu', choices=('cpu', 'cuda', 'auto'))
+    parser.add_argument('--no-start-times', action='store_true',
+                        help='skip the cold and warm node start timings (device checks)')
     parser.add_argument('--out', default=os.path.join(ROOT, 'results', 'bench_overhead.json'))
     args = parser.parse_args(argv)
 
     from timebill_ros.runtime.model import load_model, prompt_ids
-    loaded = load_model('embedded')
+    loaded = load_model('embedded', args.device)
     prompts = [prompt_ids(loaded.tokenizer, p) for p in PROMPTS]
+    device = loaded.device
     bare_loop(loaded, prompts[0], 8)  # warm up like the node does
     bare = {'tokens': 0, 'decode_s': 0.0, 'steps': 0}
     for _ in range(args.repeats):
@@ -99,7 +105,8 @@ def main(argv=None) -> int:
     import rclpy
     from timebill_ros.ros.client import InstructClient, make_goal
     node = start_node(os.path.join(ROOT, 'config', 'timebill.yaml'),
-                      ['-p', f'max_new_tokens_limit:={max(1024, args.max_new_tokens)}'])
+                      ['-p', f'max_new_tokens_limit:={max(1024, args.max_new_tokens)}',
+                       '-p', f'device:={args.device}'])
     rclpy.init()
     client = InstructClient(node_name='timebill_bench')
     via = {'tokens': 0, 'decode_s': 0.0, 'steps': 0, 'client_s': 0.0, 'client_steps': 0}
@@ -122,9 +129,11 @@ def main(argv=None) -> int:
         node.terminate()
         node.wait(10)
 
-    with tempfile.TemporaryDirectory() as empty_cache:
-        cold = node_start_time(empty_cache)
-    warm = statistics.median(node_start_time(None) for _ in range(2))
+    cold = warm = float('nan')
+    if not args.no_start_times:
+        with tempfile.TemporaryDirectory() as empty_cache:
+            cold = node_start_time(empty_cache)
+        warm = statistics.median(node_start_time(None) for _ in range(2))
 
     bare_tpot = bare['decode_s'] / bare['steps']
     node_tpot = via['decode_s'] / via['steps']
@@ -132,7 +141,7 @@ def main(argv=None) -> int:
     report = {
         'machine': f'{platform.node()} {platform.machine()} {os.cpu_count()} cpus',
         'date': time.strftime('%Y-%m-%d'),
-        'model': 'SmolLM2-135M-Instruct (embedded, float32, cpu)',
+        'model': f'SmolLM2-135M-Instruct (embedded, float32, {device})',
         'prompts': len(PROMPTS) * args.repeats, 'max_new_tokens': args.max_new_tokens,
         'bare_tokens': bare['tokens'], 'node_tokens': via['tokens'],
         'bare_tpot_ms': 1000 * bare_tpot, 'node_tpot_ms': 1000 * node_tpot,

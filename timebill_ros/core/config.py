@@ -45,8 +45,8 @@ PARAMS = (
     Param('queue_aware_admission', True, 'Admit a goal for the time left after its '
           'expected wait in the queue (ETE x predicted lengths of the goals ahead), and '
           'refuse one that would push an accepted goal past its deadline by overtaking it.'),
-    Param('max_batch', 1, 'Goals decoded together in one batch (joining at token boundaries); '
-          '1 decodes one goal at a time. Goals whose plan lowers precision or exits early '
+    Param('max_batch', 1, 'Goals decoded together (joining at token boundaries), one batch '
+          'per precision stepped in turn; 1 decodes one goal at a time. Early-exit goals '
           'decode alone.', 1, 64),
     Param('qos_depth', 1000, 'History depth of the action services (goal, result, cancel), '
           'feedback and the instruction/response topics: requests in a burst beyond it are '

@@ -7,6 +7,8 @@ results, telemetry and diagnostics.
 
 from __future__ import annotations
 
+import gc
+import signal
 import socket
 import sys
 import threading
@@ -17,7 +19,9 @@ import rclpy
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.node import Node
+from rclpy.signals import SignalHandlerOptions
 from rcl_interfaces.msg import ParameterDescriptor
 from diagnostic_msgs.msg import DiagnosticArray
 
@@ -68,55 +72,72 @@ CANCEL_STATE_WAIT_S = 2.0
 RESULT_POLL_S = 0.2
 
 
-class TimebillNode(Node):
-    """Serve ~/instruct, ~/plan and ~/instructions with one model, one goal at a time."""
+def read_parameters(node) -> NodeConfig:
+    """Declare every parameter of the table on ``node`` and return the validated config."""
+    values = {}
+    for param in PARAMS:
+        # A one-layer list ('-p early_exit_layers:=22') arrives as an integer.
+        loose = param.name == 'early_exit_layers'
+        descriptor = ParameterDescriptor(description=param.description, dynamic_typing=loose)
+        value = node.declare_parameter(param.name, param.default, descriptor).value
+        values[param.name] = str(value) if loose else value
+    return NodeConfig.from_dict(values)
 
-    def __init__(self, loader: Callable = load_model, **kwargs):
-        """Declare parameters, load the model (ModelLoadError on failure) and start serving."""
-        super().__init__('timebill', **kwargs)
-        self.config = self._read_parameters()
-        log = self.get_logger()
-        log.info(f'loading model {self.config.model!r} on {self.config.device} '
-                 f'({self.config.dtype})')
-        self.loaded = loader(self.config.model, self.config.device, self.config.dtype)
-        self.server = Server(Assembly(self.config, self.loaded, log), self._publish_result)
-        self.hardware_id = (self.config.hardware_id
-                            or f'{socket.gethostname()}/{self.loaded.device}')
+
+class Interfaces:
+    """The action server, services, topics and diagnostics of one node over one Server.
+
+    ``gate()`` returns why goals are refused right now ('' when they are served): a
+    managed node that is inactive refuses them with that reason.
+    """
+
+    def __init__(self, node, config: NodeConfig, loaded, server: Server,
+                 gate: Callable[[], str] = lambda: ''):
+        """Create every ROS entity the node serves on."""
+        self.node, self.config, self.loaded, self.server, self.gate = \
+            node, config, loaded, server, gate
+        self.hardware_id = config.hardware_id or f'{socket.gethostname()}/{loaded.device}'
         self._last_utilisation = float('nan')
-
         group = ReentrantCallbackGroup()
         self._action = UuidActionServer(
-            self, Instruct, '~/instruct', execute_callback=self._execute,
+            node, Instruct, '~/instruct', execute_callback=self._execute,
             goal_callback=self._on_goal, handle_accepted_callback=self._on_accepted,
             cancel_callback=self._on_cancel, callback_group=group,
-            **action_server_qos(self.config.qos_depth))
-        burst = reliable(self.config.qos_depth)
-        self.create_service(PlanInstruction, '~/plan', self._on_plan, qos_profile=burst,
-                            callback_group=group)
-        self.create_service(Calibrate, '~/calibrate', self._on_calibrate, callback_group=group)
-        self.create_subscription(Instruction, '~/instructions', self._on_instruction, burst,
-                                 callback_group=group)
-        self._responses = self.create_publisher(Response, '~/responses', burst)
-        self._telemetry_pub = self.create_publisher(DeadlineTelemetry, '~/telemetry', burst)
-        self._diagnostics = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
-        self.create_timer(self.config.diagnostics_period_s, self._publish_diagnostics,
-                          callback_group=group)
-        log.info(f'ready: model {self.loaded.name}, context {self.loaded.context_window} '
-                 f'tokens, scheduler {self.server.scheduler}, action {self._action_name()}')
+            **action_server_qos(config.qos_depth))
+        burst = reliable(config.qos_depth)
+        self._services = [
+            node.create_service(PlanInstruction, '~/plan', self._on_plan, qos_profile=burst,
+                                callback_group=group),
+            node.create_service(Calibrate, '~/calibrate', self._on_calibrate,
+                                callback_group=group)]
+        self._subscription = node.create_subscription(Instruction, '~/instructions',
+                                                      self._on_instruction, burst,
+                                                      callback_group=group)
+        self._responses = node.create_publisher(Response, '~/responses', burst)
+        self._telemetry_pub = node.create_publisher(DeadlineTelemetry, '~/telemetry', burst)
+        self._diagnostics = node.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self._timer = node.create_timer(config.diagnostics_period_s,
+                                        self._publish_diagnostics, callback_group=group)
+        server.on_finished = self._publish_result
 
-    def _read_parameters(self) -> NodeConfig:
-        values = {}
-        for param in PARAMS:
-            # A one-layer list ('-p early_exit_layers:=22') arrives as an integer.
-            loose = param.name == 'early_exit_layers'
-            descriptor = ParameterDescriptor(description=param.description,
-                                             dynamic_typing=loose)
-            value = self.declare_parameter(param.name, param.default, descriptor).value
-            values[param.name] = str(value) if loose else value
-        return NodeConfig.from_dict(values)
+    def action_name(self) -> str:
+        """Return the resolved name of the action."""
+        return self.node.resolve_topic_name('~/instruct')
 
-    def _action_name(self) -> str:
-        return self.resolve_topic_name('~/instruct')
+    def destroy(self) -> None:
+        """Remove every entity (a managed node's cleanup)."""
+        node = self.node
+        self._action.destroy()
+        for service in self._services:
+            node.destroy_service(service)
+        node.destroy_subscription(self._subscription)
+        for publisher in (self._responses, self._telemetry_pub, self._diagnostics):
+            node.destroy_publisher(publisher)
+        node.destroy_timer(self._timer)
+
+    def get_logger(self):
+        """Return the node's logger."""
+        return self.node.get_logger()
 
     # -- goals in -----------------------------------------------------------------------
 
@@ -124,11 +145,14 @@ class TimebillNode(Node):
         self.server.rejected(exc.plan)
         self.get_logger().warning(f'rejected {key}: {exc.reason}')
         rejected = JobResult(outcome=Outcome.REJECTED, deadline_met=False, reason=exc.reason)
-        self._responses.publish(convert.response_msg(key, rejected, self._stamp()))
+        self._responses.publish(convert.response_msg(key, rejected, self.stamp()))
 
     def _on_goal(self, goal) -> GoalResponse:
         key = self._action.goal_uuid(goal)
         try:
+            closed = self.gate()
+            if closed:
+                raise Rejection(closed)
             self.server.hold(self.server.admit(convert.spec_from(goal), key))
         except Rejection as exc:
             self._reject(key, exc)
@@ -148,12 +172,18 @@ class TimebillNode(Node):
     def _on_instruction(self, msg: Instruction) -> None:
         key = msg.id or f'instruction-{msg.header.stamp.sec}.{msg.header.stamp.nanosec:09d}'
         try:
+            closed = self.gate()
+            if closed:
+                raise Rejection(closed)
             self.server.submit(self.server.admit(convert.spec_from(msg, key), key))
         except Rejection as exc:
             self._reject(key, exc)
 
     def _on_plan(self, request, response):
         try:
+            closed = self.gate()
+            if closed:
+                raise Rejection(closed)
             job = self.server.admit(convert.spec_from(request), 'plan-request', will_run=False)
             self.server.check_room()
         except Rejection as exc:
@@ -186,7 +216,7 @@ class TimebillNode(Node):
     def _publish_result(self, job: Job, result: JobResult, estimate: float,
                         error: float) -> None:
         """Publish a finished job's telemetry and response (the server's on_finished)."""
-        stamp = self._stamp()
+        stamp = self.stamp()
         telemetry = convert.telemetry_msg(job.key, job.request.request_id or job.key,
                                           job.request.policy, job.request.budget_s, result,
                                           stamp)
@@ -228,8 +258,9 @@ class TimebillNode(Node):
 
     # -- diagnostics --------------------------------------------------------------------
 
-    def _stamp(self):
-        return self.get_clock().now().to_msg()
+    def stamp(self):
+        """Return the node clock's time as a message."""
+        return self.node.get_clock().now().to_msg()
 
     def _publish_diagnostics(self) -> None:
         summary, extra = self.server.status()
@@ -237,29 +268,185 @@ class TimebillNode(Node):
                       'dtype': self.loaded.dtype,
                       # P99 TPOT / per-token deadline of the last goal that had one.
                       'utilisation_last': self._last_utilisation})
-        status = build_status(f'{self.get_name()}: deadlines', self.hardware_id, summary,
+        extra['state'] = self.gate() or 'serving'
+        status = build_status(f'{self.node.get_name()}: deadlines', self.hardware_id, summary,
                               extra, self.config.thresholds())
-        self._diagnostics.publish(build_array(status, self._stamp()))
+        self._diagnostics.publish(build_array(status, self.stamp()))
+
+
+def build(node, config: NodeConfig, loader: Callable, gate=lambda: '') -> Interfaces:
+    """Load the model, assemble the server and create the node's interfaces."""
+    log = node.get_logger()
+    log.info(f'loading model {config.model!r} on {config.device} ({config.dtype})')
+    loaded = loader(config.model, config.device, config.dtype)
+    server = Server(Assembly(config, loaded, log), lambda *args: None)
+    interfaces = Interfaces(node, config, loaded, server, gate)
+    log.info(f'ready: model {loaded.name}, context {loaded.context_window} tokens, '
+             f'scheduler {server.scheduler}, action {interfaces.action_name()}')
+    return interfaces
+
+
+class TimebillNode(Node):
+    """Serve ~/instruct, ~/plan and ~/instructions with one model (the default node)."""
+
+    def __init__(self, loader: Callable = load_model, **kwargs):
+        """Declare parameters, load the model (ModelLoadError on failure) and start serving."""
+        super().__init__('timebill', **kwargs)
+        self.config = read_parameters(self)
+        self.interfaces = build(self, self.config, loader)
+        self._closing = ''
+
+    @property
+    def server(self) -> Server:
+        """Return the serving core."""
+        return self.interfaces.server
+
+    def close(self, reason: str) -> None:
+        """Refuse new goals and end every accepted one with ``reason`` (a shutdown)."""
+        self._closing = reason
+        self.interfaces.gate = lambda: reason
+        queued = self.server.close(reason)
+        self.get_logger().warning(f'{reason}: {queued} queued goal(s) ended, the running one '
+                                  'stops at its next token')
+
+    def settled(self) -> bool:
+        """Tell whether every goal has its result."""
+        return self.server.settled()
 
     def stop(self) -> None:
         """Stop the worker thread."""
         self.server.stop()
 
 
+class TimebillLifecycleNode(LifecycleNode):
+    """The same node, managed: configure loads, activate serves, cleanup frees the model.
+
+    Rule on deactivate: new goals are refused with the reason 'inactive'; goals already
+    accepted (running or queued) are served to their end, since an accepted goal is
+    never dropped. Cleanup and shutdown end queued goals and stop the running one at
+    its next token, each with a result that says why, then free the model.
+    """
+
+    def __init__(self, loader: Callable = load_model, **kwargs):
+        """Declare and validate the parameters; load nothing until configure."""
+        super().__init__('timebill', **kwargs)
+        self.config = read_parameters(self)
+        self.loader = loader
+        self.interfaces: Interfaces | None = None
+        self._active = False
+
+    @property
+    def server(self) -> Server | None:
+        """Return the serving core (None while unconfigured)."""
+        return self.interfaces.server if self.interfaces else None
+
+    def _gate(self) -> str:
+        return '' if self._active else 'the node is inactive (lifecycle): activate it to serve'
+
+    def on_configure(self, state) -> TransitionCallbackReturn:
+        """Load the model, profile and predictor; create the interfaces (inactive)."""
+        try:
+            self.interfaces = build(self, self.config, self.loader, self._gate)
+        except (ModelLoadError, ValueError, OSError) as exc:
+            self.get_logger().error(f'configure failed: {exc}')
+            return TransitionCallbackReturn.FAILURE
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state) -> TransitionCallbackReturn:
+        """Start accepting goals."""
+        self._active = True
+        self.get_logger().info('active: serving goals')
+        return super().on_activate(state)
+
+    def on_deactivate(self, state) -> TransitionCallbackReturn:
+        """Refuse new goals; accepted ones are served to their end."""
+        self._active = False
+        self.get_logger().info('inactive: new goals are refused, accepted ones finish')
+        return super().on_deactivate(state)
+
+    def _release(self, reason: str) -> None:
+        if self.interfaces is None:
+            return
+        self.close(reason)
+        give_up = time.monotonic() + RELEASE_WAIT_S
+        while not self.server.settled() and time.monotonic() < give_up:
+            time.sleep(0.05)
+        self.server.stop()
+        self.interfaces.destroy()
+        self.interfaces = None  # the model, its copies and the caches go with it
+        gc.collect()
+
+    def on_cleanup(self, state) -> TransitionCallbackReturn:
+        """End accepted goals with a reason and free the model."""
+        self._release('the node was cleaned up (lifecycle)')
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state) -> TransitionCallbackReturn:
+        """End accepted goals with a reason and free the model."""
+        self._release('the node is shutting down (lifecycle)')
+        return TransitionCallbackReturn.SUCCESS
+
+    def close(self, reason: str) -> None:
+        """Refuse new goals and end every accepted one with ``reason``."""
+        if self.interfaces is not None:
+            self._active = False
+            self.interfaces.gate = lambda: reason
+            self.server.close(reason)
+
+    def settled(self) -> bool:
+        """Tell whether every goal has its result."""
+        return self.server is None or self.server.settled()
+
+    def stop(self) -> None:
+        """Stop the worker thread (if configured)."""
+        if self.server is not None:
+            self.server.stop()
+
+
+# A shutdown waits this long for the goals it ended to deliver their results.
+RELEASE_WAIT_S = 10.0
+
+
 def main(args=None) -> int:
-    """Run the node until interrupted; exit non-zero if the model cannot be loaded."""
-    rclpy.init(args=args)
+    """Run the node until SIGINT/SIGTERM; exit non-zero if it cannot start.
+
+    ``--managed`` (before ``--ros-args``) runs the lifecycle node. On SIGINT or SIGTERM
+    every accepted goal gets a result saying so before the process exits.
+    """
+    argv = list(sys.argv if args is None else args)
+    managed = '--managed' in argv
+    argv = [a for a in argv if a != '--managed']
+    rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
+    signalled = threading.Event()
+    names = []
+
+    def on_signal(number, frame):
+        names.append(signal.Signals(number).name)
+        signalled.set()
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, on_signal)
     try:
-        node = TimebillNode()
-    except (ModelLoadError, ValueError) as exc:
+        node = TimebillLifecycleNode() if managed else TimebillNode()
+    except (ModelLoadError, ValueError, OSError) as exc:
         print(f'timebill: cannot start: {exc}', file=sys.stderr)
         rclpy.try_shutdown()
         return 1
+    if managed:
+        node.get_logger().info('managed node: unconfigured (configure, then activate)')
     executor = MultiThreadedExecutor(num_threads=4)
     executor.add_node(node)
     try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
+        while not signalled.is_set() and rclpy.ok():
+            executor.spin_once(timeout_sec=0.2)
+        if signalled.is_set():
+            node.close(f'the node is shutting down ({names[0]})')
+            give_up = time.monotonic() + RELEASE_WAIT_S
+            while not node.settled() and time.monotonic() < give_up and rclpy.ok():
+                executor.spin_once(timeout_sec=0.05)
+            flush = time.monotonic() + 0.3  # let the last result responses go out
+            while time.monotonic() < flush and rclpy.ok():
+                executor.spin_once(timeout_sec=0.05)
+    except ExternalShutdownException:
         pass
     finally:
         node.stop()

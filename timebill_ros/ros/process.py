@@ -14,16 +14,24 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 class NodeProcess:
     """A timebill node in its own process; ``stop`` ends it (SIGINT, then kill)."""
 
-    def __init__(self, params: dict, ready_timeout: float = 120.0, namespace: str = ''):
-        """Start ``python -m timebill_ros.ros.node`` with ``params``; wait for its ready line."""
-        args = [sys.executable, '-m', 'timebill_ros.ros.node', '--ros-args']
+    def __init__(self, params: dict, ready_timeout: float = 120.0, namespace: str = '',
+                 managed: bool = False, env: dict | None = None):
+        """Start ``python -m timebill_ros.ros.node`` with ``params``; wait for its ready line.
+
+        ``managed`` starts the lifecycle node, ready once it is up and unconfigured;
+        ``env`` adds environment variables.
+        """
+        args = [sys.executable, '-m', 'timebill_ros.ros.node',
+                *(['--managed'] if managed else []), '--ros-args']
+        self.marker = 'managed node: unconfigured' if managed else ']: ready:'
         if namespace:
             args += ['-r', f'__ns:={namespace}']
         for key, value in params.items():
             # An empty string must reach the YAML parser as '' (a bare ':=' is an error).
             args += ['-p', f"{key}:={value if value != '' else repr('')}"]
         self.proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)
+                                     stderr=subprocess.STDOUT, text=True,
+                                     env={**os.environ, **(env or {})})
         self.lines = []
         self._ready = threading.Event()
         threading.Thread(target=self._read, daemon=True).start()
@@ -36,7 +44,7 @@ class NodeProcess:
     def _read(self):
         for line in self.proc.stdout:
             self.lines.append(line)
-            if ']: ready:' in line:
+            if self.marker in line:
                 self._ready.set()
         self._ready.set()  # the process ended: stop waiting
 

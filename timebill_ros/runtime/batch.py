@@ -61,6 +61,22 @@ class BatchDecoder:
         self._cache = DynamicCache(ddp_cache_data=merged)
         self._members.append(_Member(key, int(next_id), int(position)))
 
+    def take(self, key: str) -> tuple:
+        """Remove a sequence and return (its batch-1 DynamicCache, next token, position).
+
+        The cache holds only the sequence's own positions (its left padding dropped), so
+        it can join another batch (a goal switching precision mid-answer).
+        """
+        from transformers import DynamicCache
+        index = self.keys.index(key)
+        member = self._members[index]
+        start = int(self._mask[index].long().argmax())  # first real column of a left-padded row
+        cache = DynamicCache(ddp_cache_data=[
+            (layer.keys[index:index + 1, :, start:].clone(),
+             layer.values[index:index + 1, :, start:].clone()) for layer in self._cache.layers])
+        self.leave(key)
+        return cache, member.next_id, member.position
+
     def leave(self, key: str) -> None:
         """Remove a sequence (finished, killed or canceled); drop padding nobody needs."""
         import torch

@@ -272,11 +272,16 @@ class Assembly:
                                 decode_threads=self.config.decode_threads,
                                 max_batch=self.config.max_batch
                                 if loaded is self.loaded else 1)
-        profile.save(path)
+        try:
+            profile.save(path)
+            where = f'saved {path}'
+        except OSError as exc:  # an unwritable cache costs a calibration per start, no more
+            where = f'NOT saved ({exc}); it is used until the node stops'
+            self.log.warning(f'cannot save the profile to {path}: {exc}')
         self.log.info(
             f'calibrated {loaded.dtype}: held-out MAPE prefill '
             f'{profile.heldout["prefill_mape_pct"]:.2f}%, decode step '
-            f'{profile.heldout["decode_mape_pct"]:.2f}%; saved {path}')
+            f'{profile.heldout["decode_mape_pct"]:.2f}%; {where}')
         return profile
 
     def _online(self, profile: Profile) -> OnlineTimingModel:

@@ -43,6 +43,12 @@ class Job:
     hooks: JobHooks = field(default_factory=JobHooks)
     done: threading.Event = field(default_factory=threading.Event)
     result: JobResult | None = None
+    # Kept after it ends until the caller collects the result (Server.forget): the
+    # action path; topic and direct submissions are dropped when they end.
+    keep: bool = False
+    # What the decode loop polls at each token (the server adds its shutdown to the
+    # caller's cancel); set when the job is dispatched.
+    stop_requested: Callable[[], bool] | None = None
 
     def waiting(self) -> Waiting:
         """Return what a scheduler orders this job by.

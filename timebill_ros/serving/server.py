@@ -7,6 +7,7 @@ model; everything else touches only the queue, under one lock, with timed waits.
 
 from __future__ import annotations
 
+from dataclasses import replace
 import threading
 import time
 from typing import Callable
@@ -40,6 +41,7 @@ class _Member:
 
     def __init__(self, job: Job, run: JobRun, stats, decoder: StreamDecoder):
         self.job, self.run, self.stats, self.decoder = job, run, stats, decoder
+        self.lane: tuple = ('',)  # the precision batch it decodes in
 
     def emit(self, token: int, eos_ids) -> bool:
         """Stream one token as the engine's loop does; return False when the job ends."""
@@ -83,6 +85,7 @@ class Server:
         self._typical_tokens = 32.0
         self._last_precision = ''  # the last finished goal's decode precision (diagnostics)
         self._stopping = False
+        self._closing = ''  # why no goal is taken any more (a shutdown), '' while serving
         self._worker = threading.Thread(target=self._work_loop, name='timebill-worker',
                                         daemon=True)
         self._worker.start()
@@ -102,6 +105,8 @@ class Server:
         misses); a dry run (``will_run`` False, the ~/plan service) predicts now.
         """
         accepted_at = time.monotonic()  # the budget counts from arrival, validation included
+        if self._closing:
+            raise Rejection(f'not accepting goals: {self._closing}')
         pipeline = self.pipeline
         request = validate(spec, pipeline.limits)
         clock = DeadlineClock(accepted_at, request.budget_s)
@@ -137,15 +142,26 @@ class Server:
             self._held[job.key] = job
 
     def start(self, key: str, hooks: JobHooks) -> Job:
-        """Queue a held job with its caller's hooks."""
+        """Queue a held job with its caller's hooks; it is kept until ``forget``.
+
+        A job held while the server began closing ends at once (FAILED, with why).
+        """
         with self._lock:
             job = self._held.pop(key)
-            job.hooks = hooks
-            self._enqueue(job)
+            job.hooks, job.keep = hooks, True
+            closing = self._closing
+            if not closing:
+                self._enqueue(job)
+            else:
+                self._jobs[job.key] = job
+        if closing:
+            hooks.on_start()
+            self._finish(job, ended_before_start(job.clock, Outcome.FAILED,
+                                                 f'{closing} before it started', job.plan))
         return job
 
     def submit(self, job: Job, hooks: JobHooks = JobHooks()) -> None:
-        """Queue an admitted job at once (Rejection when full)."""
+        """Queue an admitted job at once (Rejection when full); dropped when it ends."""
         with self._lock:
             self._check_room()
             self._fit_in_queue(job)
@@ -332,13 +348,22 @@ class Server:
             if self._stopping or len(self._queue) == 0:
                 return None
             job = self._queue.pop()
+            job.stop_requested = self._stop_requested(job)
             # Skip-Next skips the job dispatched next, whatever the ordering.
             skip_reason = self._skip.take()
             self._running[job.key] = (job, time.monotonic())
         job.hooks.on_start()
         return job, skip_reason
 
+    def _stop_requested(self, job: Job):
+        """Return what a running job polls at each token: its caller's cancel, or closing."""
+        return lambda: bool(self._closing) or job.cancel_requested()
+
     def _done(self, job: Job, result: JobResult) -> None:
+        if self._closing and result.outcome == Outcome.CANCELED and not job.cancel_requested():
+            # Stopped by the shutdown, not by its caller: say so.
+            result = replace(result, outcome=Outcome.FAILED, deadline_met=False, reason=(
+                f'{self._closing}: stopped after {result.tokens} tokens; text is partial'))
         with self._lock:
             self._running.pop(job.key, None)
             self._skip.record(job.request.policy, result.outcome, result.deadline_met,
@@ -375,9 +400,11 @@ class Server:
             predictor = self.predictor
 
             def plan_from(hidden) -> Plan:
-                return pipeline.planner.plan(request, n_prompt, left,
+                plan = pipeline.planner.plan(request, n_prompt, left,
                                              predictor.predict_from_hidden(hidden, request),
                                              timing=timing)
+                job.plan = plan  # admission now sees the predicted length of a running goal
+                return plan
             return job.plan, PrefillDecision(predictor.prefill_layer, plan_from)
         try:
             return pipeline.planner.plan(request, n_prompt, job.clock.remaining(),
@@ -396,32 +423,51 @@ class Server:
         except Rejection as exc:
             return ended_before_start(job.clock, Outcome.REJECTED, exc.reason, job.plan)
         return run_job(pipeline.engine, job.prompt_ids, job.request, plan, job.clock,
-                       job.cancel_requested, job.hooks.on_feedback, decide)
+                       job.stop_requested, job.hooks.on_feedback, decide)
+
+    def _lane(self, plan: Plan) -> tuple:
+        """Return which batch a plan decodes in: its precision (and per-layer mix)."""
+        if plan.precision == MIXED:
+            return (MIXED, tuple(plan.precision_mix))
+        return (plan.precision or '',)
 
     def _run_batch(self, first: Job) -> None:
         """Decode ``first`` and the jobs that join at token boundaries together.
 
-        Rule: a job whose plan (made at start or in its prefill) lowers precision or
-        exits early decodes alone at once; the batch waits meanwhile. Fallback
-        switches apply to goals decoding alone only.
+        Goals decode in one batch per precision (a per-layer mix is a precision of its
+        own); each round steps every batch once, so every goal gets a token per round
+        and its Kill, cancel and feedback act at its own token boundaries. A goal whose
+        fallback rule says switch moves, cache and all, to the low-precision batch.
+        Rule: an early-exit goal (layer by layer, its own exits) decodes alone at once
+        while the batches wait.
         """
         pipeline, engine = self.pipeline, self.pipeline.engine
-        batch = BatchDecoder(self.loaded.model, self.loaded.device)
+        lanes: dict = {}  # lane -> BatchDecoder
         members: dict = {}
+
+        def lane_batch(lane: tuple) -> BatchDecoder:
+            if lane not in lanes:
+                model = self.loaded.model if lane == ('',) else \
+                    engine.decode_model(Plan(precision=lane[0],
+                                             precision_mix=lane[1] if len(lane) > 1 else ()))
+                lanes[lane] = BatchDecoder(model, self.loaded.device)
+            return lanes[lane]
+
+        def decoding() -> int:
+            return sum(len(batch) for batch in lanes.values())
 
         def admit(job: Job, skip_reason: str) -> None:
             if skip_reason:
                 self._done(job, ended_before_start(job.clock, Outcome.SKIPPED, skip_reason,
                                                    job.plan))
                 return
-            run = JobRun(job.request, job.plan, job.clock, job.cancel_requested,
+            run = JobRun(job.request, job.plan, job.clock, job.stop_requested,
                          job.hooks.on_feedback)
             ended = run.before_start()
             try:
                 if ended is None:
-                    run.plan, decide = self._start_plan(pipeline, job,
-                                                        self._joining_timing(pipeline, batch,
-                                                                             job))
+                    run.plan, decide = self._start_plan(
+                        pipeline, job, self._joining_timing(pipeline, decoding(), lanes, job))
                     cache, token, stats = engine.prefill(job.prompt_ids, run.plan, decide)
                     run.plan = stats.plan
             except _Refused as exc:
@@ -433,7 +479,7 @@ class Server:
             if ended is not None:
                 self._done(job, ended)
                 return
-            if run.plan.precision or run.plan.mode == Mode.EARLY_EXIT:
+            if run.plan.mode == Mode.EARLY_EXIT:
                 try:
                     ended = run.finish(engine.decode(cache, token, len(job.prompt_ids),
                                                      job.request.max_new_tokens, stats,
@@ -445,45 +491,72 @@ class Server:
             member = _Member(job, run, stats, StreamDecoder(self.loaded.tokenizer,
                                                             self.loaded.tokenizer_lock))
             if member.emit(token, self.loaded.eos_ids):
-                stats.batch_peak = max(stats.batch_peak, len(batch) + 1)
-                batch.join(job.key, cache, token, len(job.prompt_ids))
+                member.lane = self._lane(run.plan)
+                stats.batch_peak = max(stats.batch_peak, decoding() + 1)
+                lane_batch(member.lane).join(job.key, cache, token, len(job.prompt_ids))
                 members[job.key] = member
             else:
                 self._done(job, run.finish(stats))
 
+        def switch_due() -> None:
+            for key, member in list(members.items()):
+                fallback = member.run.plan.fallback
+                if member.lane != ('',) or fallback is None or member.stats.switched_at >= 0:
+                    continue
+                index = member.stats.tokens - 1  # the last answer token streamed
+                if fallback.due(index, member.job.clock.remaining()):
+                    cache, token, position = lanes[('',)].take(key)
+                    member.lane = (fallback.precision,)
+                    lane_batch(member.lane).join(key, cache, token, position)
+                    member.stats.switched_at, member.stats.switched_to = \
+                        index, fallback.precision
+
         admit(first, '')
         while members:
-            while len(batch) < self.config.max_batch:
+            while decoding() < self.config.max_batch:
                 taken = self._take(block=False)
                 if taken is None:
                     break
                 admit(*taken)
-            t, size, total_kv = time.monotonic(), len(batch), len(batch) * batch.cached_tokens()
-            try:
-                with intra_op_threads(self.config.decode_threads):
-                    tokens = batch.step()
-            except Exception as exc:  # noqa: BLE001 - the whole batch fails together
-                for member in members.values():
-                    self._done(member.job, member.run.failed(exc))
-                return
-            step_s = time.monotonic() - t
-            if pipeline.batch is not None:
-                pipeline.batch.observe(size, total_kv, step_s)
-            for key, token in tokens.items():
-                member = members[key]
-                member.stats.step_times.append(step_s)
-                member.stats.batch_peak = max(member.stats.batch_peak, len(tokens))
-                if not member.emit(token, self.loaded.eos_ids):
-                    batch.leave(key)
-                    del members[key]
-                    self._done(member.job, member.run.finish(member.stats))
+            switch_due()
+            for lane in [lane for lane, batch in lanes.items() if len(batch) == 0]:
+                del lanes[lane]
+            for lane, batch in list(lanes.items()):
+                if lane[0] == MIXED:
+                    engine.mixed.apply(lane[1])  # the shell is shared by every mixed lane
+                t, size = time.monotonic(), len(batch)
+                total_kv = size * batch.cached_tokens()
+                try:
+                    with intra_op_threads(self.config.decode_threads):
+                        tokens = batch.step()
+                except Exception as exc:  # noqa: BLE001 - the whole batch fails together
+                    for key in batch.keys:
+                        member = members.pop(key)
+                        self._done(member.job, member.run.failed(exc))
+                    del lanes[lane]
+                    continue
+                step_s = time.monotonic() - t
+                if pipeline.batch is not None and lane == ('',):
+                    pipeline.batch.observe(size, total_kv, step_s)
+                peak = decoding()
+                for key, token in tokens.items():
+                    member = members[key]
+                    member.stats.step_times.append(step_s)
+                    member.stats.batch_peak = max(member.stats.batch_peak, peak)
+                    if not member.emit(token, self.loaded.eos_ids):
+                        batch.leave(key)
+                        del members[key]
+                        self._done(member.job, member.run.finish(member.stats))
 
-    def _joining_timing(self, pipeline: Pipeline, batch: BatchDecoder, job: Job):
-        """Return the ETE of a job about to join ``batch`` (None: it would decode alone)."""
-        if pipeline.batch is None or pipeline.online is None or len(batch) == 0:
+    def _joining_timing(self, pipeline: Pipeline, decoding: int, lanes: dict, job: Job):
+        """Return the ETE of a job joining ``decoding`` goals (None: it would decode alone).
+
+        Goals of every precision share a round, so all of them count as the batch.
+        """
+        if pipeline.batch is None or pipeline.online is None or decoding == 0:
             return None
-        return self._member_timing(pipeline, len(batch) + 1,
-                                   [float(batch.cached_tokens())] * len(batch),
+        longest = max(batch.cached_tokens() for batch in lanes.values() if len(batch))
+        return self._member_timing(pipeline, decoding + 1, [float(longest)] * decoding,
                                    self._kv_of(job))
 
     def _finish(self, job: Job, result: JobResult) -> None:
@@ -510,6 +583,9 @@ class Server:
         finally:
             job.result = result
             job.done.set()
+            if not job.keep:  # nobody collects it (a topic goal, a test): drop it now
+                with self._lock:
+                    self._jobs.pop(job.key, None)
 
     # -- profiles, status, shutdown ------------------------------------------------------
 
@@ -543,6 +619,31 @@ class Server:
                           'ete_batch_drift': round(pipeline.batch.model.drift, 4),
                           'ete_batch_step_mape_pct': round(pipeline.batch.mape(), 2)})
         return summary, extra
+
+    def close(self, reason: str) -> int:
+        """Stop taking goals: refuse new ones, end the queued ones, stop the running ones.
+
+        Every goal gets a result saying ``reason``: queued and held goals end now
+        (FAILED), a running goal stops at its next token (FAILED, partial text kept).
+        Return how many goals were queued.
+        """
+        with self._lock:
+            self._closing = reason or 'the node is shutting down'
+            queued = list(self._queue)
+            for job in queued:
+                self._queue.remove(job)
+            self._work.notify_all()
+        for job in queued:
+            job.hooks.on_start()
+            self._finish(job, ended_before_start(job.clock, Outcome.FAILED,
+                                                 f'{self._closing} before it started',
+                                                 job.plan))
+        return len(queued)
+
+    def settled(self) -> bool:
+        """Tell whether no goal runs, waits or has a result left to collect."""
+        with self._lock:
+            return not (self._running or self._held or len(self._queue) or self._jobs)
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the worker thread (the running goal ends first)."""
