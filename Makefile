@@ -15,6 +15,9 @@
 #   make measure-cuts     answer length + fidelity per quality cut (timebill_ros/data/cut_effects.json)
 #   make measure-precision  KL per int8 layer, additivity, unit times (timebill_ros/data/precision_kl.json)
 #   make bench-precision    robot workload: TimeBill with / without per-layer precision (results/precision_robot)
+#   make soak             30-minute mixed workload from a bag: RSS, threads, files, TPOT drift (results/soak)
+#   make device-check     scripts/device_check.sh (DEVICE=auto|cuda|cpu; figures in $$OUT or results/device_check)
+#   make schema           regenerate schema/timebill.schema.json and the README parameter table
 #   make clean   remove build/ install/ log/ (keeps .venv)
 
 SHELL := /bin/bash
@@ -38,7 +41,7 @@ DOC_PATHS = $(call existing,timebill_ros test scripts/ete_in_node.py)
 
 .PHONY: venv build test lint node demo bench bench-overhead bench-robot \
         bench-longcontext bench-sched bench-batch measure-cuts measure-precision \
-        bench-precision clean
+        bench-precision soak device-check schema clean
 
 venv: $(STAMP)
 
@@ -102,6 +105,15 @@ measure-precision: build
 
 bench-precision: build
 	$(ENV) && exec python -m timebill_ros.cli.bench_precision $(BENCH_ARGS)
+
+soak: build
+	$(ENV) && exec python -m timebill_ros.cli.soak $(BENCH_ARGS)
+
+device-check:
+	bash scripts/device_check.sh
+
+schema: venv
+	$(ENV) && exec python -m timebill_ros.cli.schema
 
 clean:
 	rm -rf "$(ROOT)/build" "$(ROOT)/install" "$(ROOT)/log" "$(ROOT)/.pytest_cache"

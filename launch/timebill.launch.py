@@ -5,8 +5,9 @@ import os
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument
+from launch.conditions import IfCondition, UnlessCondition
 from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import Node
+from launch_ros.actions import LifecycleNode, Node
 
 
 def generate_launch_description():
@@ -19,6 +20,10 @@ def generate_launch_description():
         DeclareLaunchArgument(
             'params_file', default_value=default_params,
             description='YAML parameters file for the timebill node.'),
+        DeclareLaunchArgument(
+            'managed', default_value='false',
+            description='true: run as a lifecycle (managed) node that loads the model on '
+                        'configure and serves once activated; false: serve at start.'),
         Node(
             package='timebill_ros',
             executable='timebill_node',
@@ -26,5 +31,16 @@ def generate_launch_description():
             namespace=LaunchConfiguration('namespace'),
             parameters=[LaunchConfiguration('params_file')],
             output='screen',
+            condition=UnlessCondition(LaunchConfiguration('managed')),
+        ),
+        LifecycleNode(
+            package='timebill_ros',
+            executable='timebill_node',
+            name='timebill',
+            namespace=LaunchConfiguration('namespace'),
+            parameters=[LaunchConfiguration('params_file')],
+            arguments=['--managed'],
+            output='screen',
+            condition=IfCondition(LaunchConfiguration('managed')),
         ),
     ])

@@ -2,7 +2,9 @@
 
 ``python -m timebill_ros.cli.bench_sched`` (``make bench-sched``) starts the node with
 the shipped configuration and one strategy at a time: a ``scheduler`` (fifo, edf, svf,
-svf-1bit), ``edf+batch4`` (EDF with ``max_batch`` 4: goals decode together) and
+svf-1bit), ``edf+batch4`` (EDF with ``max_batch`` 4: goals decode together), ``edf, no
+wait check`` (EDF with ``queue_aware_admission`` off: a goal is refused only when it could
+not make its deadline on an idle node) and
 ``edf-admit-all`` (EDF with queue-aware admission off and ``admit_probability`` 0, so
 only malformed goals are refused; it counts false rejections: goals another strategy
 refused that this one met in the same workload).
@@ -47,6 +49,7 @@ ADMIT_ALL = 'edf-admit-all'
 # Strategy name -> node parameters over the shipped configuration.
 STRATEGIES = {**{name: {'scheduler': name} for name in SCHEDULERS},
               'edf+batch4': {'scheduler': 'edf', 'max_batch': 4},
+              'edf, no wait check': {'scheduler': 'edf', 'queue_aware_admission': False},
               ADMIT_ALL: {'scheduler': 'edf', 'queue_aware_admission': False,
                           'admit_probability': 0.0}}
 PATTERNS = ('periodic', 'poisson', 'burst')
@@ -184,7 +187,8 @@ def main(argv=None) -> int:
                                                    'bench.json'),
                         help="a bench_robot bench.json: each item's full-model time")
     parser.add_argument('--strategies', nargs='+',
-                        default=['fifo', 'edf', 'svf', 'edf+batch4', ADMIT_ALL],
+                        default=['fifo', 'edf', 'svf', 'edf+batch4', 'edf, no wait check',
+                                 ADMIT_ALL],
                         choices=tuple(STRATEGIES))
     parser.add_argument('--reuse', help='an earlier bench.json of the same items, seed and '
                         'factors: all its runs are kept, and only runs it lacks replay')
@@ -236,7 +240,8 @@ def main(argv=None) -> int:
         try:
             for pattern, load in todo:
                 work = workload(items, full_s, tuple(args.factors), pattern, load, args.seed)
-                folder = out / 'runs' / f'{name}-{pattern}-{load:g}'
+                slug = name.replace(', ', '-').replace(' ', '-')
+                folder = out / 'runs' / f'{slug}-{pattern}-{load:g}'
                 shutil.rmtree(folder, ignore_errors=True)
                 bag = bags.write_workload(folder / 'workload_bag', work)
                 begin = time.monotonic()
