@@ -157,7 +157,7 @@ def test_a_full_queue_rejects_with_the_reason_and_held_places_count(loaded):
         server.stop()
 
 
-def profiled_server(loaded, tmp_path, scheduler):
+def profiled_server(loaded, tmp_path, scheduler, **extra):
     """Return a server whose ETE says 10 ms prefill and 100 ms per decode step."""
     from timebill_ros.core.profile import Profile
     path = tmp_path / 'tiny.yaml'
@@ -168,12 +168,37 @@ def profiled_server(loaded, tmp_path, scheduler):
     config = NodeConfig.from_dict({
         'model': 'tiny-random', 'calibrate_on_start': False, 'warm_up': False,
         'length_predictor': 'max-new-tokens', 'auto_precision': '', 'profile': str(path),
-        'scheduler': scheduler})
+        'scheduler': scheduler, **extra})
     return Server(Assembly(config, loaded, Log()), lambda *args: None, scheduler)
 
 
+def test_without_the_wait_check_a_goal_is_judged_on_an_idle_node_and_killed_if_late(
+        loaded, tmp_path):
+    server = profiled_server(loaded, tmp_path, 'edf', queue_aware_admission=False)
+    auto = int(Mode.AUTO)
+    try:
+        with server.assembly.model_lock:
+            server.submit(server.admit(GoalSpec('Go.', budget_s=60.0, mode=auto,
+                                                max_new_tokens=50), 'long'))
+            wait_executing(server)
+            # 2 s fits 5 tokens on an idle node: accepted although ~4.9 s of work is ahead.
+            late = server.admit(GoalSpec('Go.', budget_s=2.0, mode=auto, max_new_tokens=5),
+                                'late')
+            server.submit(late)
+            # What cannot make it even alone is still refused.
+            with pytest.raises(Rejection, match='cannot meet the deadline'):
+                server.admit(GoalSpec('Go.', budget_s=1.0, mode=auto, max_new_tokens=50),
+                             'hopeless')
+            late.done.wait(3.0)  # the model is held: its deadline passes in the queue
+        assert late.done.wait(30.0)
+        assert late.result.outcome == Outcome.KILLED
+        assert 'deadline passed while queued' in late.result.reason
+    finally:
+        server.stop(timeout_s=30.0)
+
+
 def test_admission_counts_the_expected_wait_and_protects_accepted_goals(loaded, tmp_path):
-    server = profiled_server(loaded, tmp_path, 'edf')
+    server = profiled_server(loaded, tmp_path, 'edf', queue_aware_admission=True)
     auto = int(Mode.AUTO)
     try:
         with server.assembly.model_lock:
@@ -258,7 +283,7 @@ def batch_server(loaded, tmp_path, batch_coefficients=((0.0, 0.1), (0.0, 0.12), 
     config = NodeConfig.from_dict({
         'model': 'tiny-random', 'calibrate_on_start': False, 'warm_up': False,
         'length_predictor': 'max-new-tokens', 'auto_precision': '', 'profile': str(path),
-        'scheduler': 'edf', 'max_batch': 4})
+        'scheduler': 'edf', 'max_batch': 4, 'queue_aware_admission': True})
     return Server(Assembly(config, loaded, Log()), lambda *args: None)
 
 

@@ -53,8 +53,11 @@ def markdown(report: dict) -> str:
     tiers = report['tiers']
     lines = [f"# Precision on the robot workload ({report['date']})", '',
              f"`{report['command']}` on {report['machine']}; {report['items']} held-out items, "
-             f"{report['minutes']:.1f} min; Kill. Runs reused from `{report['reused']}` for "
-             'full precision, all-int8, alpha 0.5 and TimeBill with whole-model int8.', '',
+             f"{report['minutes']:.1f} min; Kill. Runs reused from `{report['reused']}` "
+             f"(measured on {report.get('reused_machine', '?')}) for full precision, "
+             'all-int8, alpha 0.5 and TimeBill with whole-model int8; budgets are the same '
+             "tiers of that run's full-model times for every strategy. Rows from another "
+             'machine compare only where its speeds match this one.', '',
              '## Deadline met / false rejections / FAILED', '',
              '| strategy | ' + ' | '.join(tiers) + ' |', '|---|' + '---|' * len(tiers)]
     for name in STRATEGIES:
@@ -119,7 +122,8 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with open(args.reuse, encoding='utf-8') as handle:
-        old = json.load(handle)['runs']
+        reused = json.load(handle)
+    old, reused_machine = reused['runs'], reused.get('machine', '?')
     items = [item for item in robot_workload.load('test')
              if item.id in {r['item'] for r in old['reference']}]
     if args.items:
@@ -184,6 +188,7 @@ def main(argv=None) -> int:
                          + ' '.join(argv if argv is not None else sys.argv[1:]),
               'items': len(items), 'minutes': (time.monotonic() - started) / 60,
               'tiers': list(args.tiers), 'reused': args.reuse,
+              'reused_machine': reused_machine,
               'shipped_params': shipped_params(), 'table': table, 'mixed_modes': mixed_modes,
               'runs': new}
     for tier in table:  # per-item scores stay in the runs

@@ -50,6 +50,9 @@ ADMIT_ALL = 'edf-admit-all'
 STRATEGIES = {**{name: {'scheduler': name} for name in SCHEDULERS},
               'edf+batch4': {'scheduler': 'edf', 'max_batch': 4},
               'edf, no wait check': {'scheduler': 'edf', 'queue_aware_admission': False},
+              'edf+batch4, admit-all': {'scheduler': 'edf', 'max_batch': 4,
+                                        'queue_aware_admission': False,
+                                        'admit_probability': 0.0},
               ADMIT_ALL: {'scheduler': 'edf', 'queue_aware_admission': False,
                           'admit_probability': 0.0}}
 PATTERNS = ('periodic', 'poisson', 'burst')

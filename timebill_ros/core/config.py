@@ -42,9 +42,11 @@ PARAMS = (
           "first), 'svf' (smallest predicted memory-time volume first) or 'svf-1bit' (SVF "
           'from a short/long guess). Skip-Next skips the goal dispatched next in this order.',
           choices=('fifo', 'edf', 'svf', 'svf-1bit')),
-    Param('queue_aware_admission', True, 'Admit a goal for the time left after its '
+    Param('queue_aware_admission', False, 'Admit a goal for the time left after its '
           'expected wait in the queue (ETE x predicted lengths of the goals ahead), and '
-          'refuse one that would push an accepted goal past its deadline by overtaking it.'),
+          'refuse one that would push an accepted goal past its deadline by overtaking it. '
+          'Off by default: in make bench-sched it refused goals that EDF and Kill would have '
+          'served in time (results/sched).'),
     Param('max_batch', 1, 'Goals decoded together (joining at token boundaries), one batch '
           'per precision stepped in turn; 1 decodes one goal at a time. Early-exit goals '
           'decode alone.', 1, 64),
@@ -78,9 +80,10 @@ PARAMS = (
     Param('plan_quantile', 0.9, "With a calibrated length predictor: the goal is planned "
           '(quality cut chosen) for this quantile of the answer lengths its prediction turns '
           'into on held-out data.', 0.0, 1.0),
-    Param('admit_probability', 0.02, 'Reject a goal (REJECTED, reason states the prediction) '
+    Param('admit_probability', 0.001, 'Reject a goal (REJECTED, reason states the prediction) '
           'only when the chance that its answer ends within the tokens that fit the time '
-          'left is below this; 0 never rejects on a prediction, 0.9 is fail-fast.',
+          'left is below this; the default refuses only goals with no chance (not even the '
+          'first token fits); 0 never rejects on a prediction, 0.9 is fail-fast.',
           0.0, 1.0),
     Param('min_cut_saving', 0.05, 'A quality cut (eviction, early exit) is used only when the '
           "ETE says it saves at least this share of the full model's time.", 0.0, 1.0),
@@ -148,7 +151,7 @@ class NodeConfig:
     max_budget_s: float = 600.0
     queue_length: int = 8
     scheduler: str = 'edf'
-    queue_aware_admission: bool = True
+    queue_aware_admission: bool = False
     max_batch: int = 1
     qos_depth: int = 1000
     diagnostics_period_s: float = 1.0
@@ -165,7 +168,7 @@ class NodeConfig:
     infeasible: str = 'reject'
     length_predictor: str = 'rlp'
     plan_quantile: float = 0.9
-    admit_probability: float = 0.02
+    admit_probability: float = 0.001
     min_cut_saving: float = 0.05
     auto_early_exit: bool = False
     auto_precision: str = 'int8-dynamic'
