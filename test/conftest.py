@@ -18,7 +18,8 @@ os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
 @pytest.fixture(scope='session')
 def rclpy_context():
     import rclpy
-    rclpy.init()
+    if not rclpy.ok():  # a CLI under test (soak, benchmarks) may have initialised it
+        rclpy.init()
     yield
     rclpy.try_shutdown()
 

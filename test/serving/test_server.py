@@ -191,8 +191,9 @@ def test_without_the_wait_check_a_goal_is_judged_on_an_idle_node_and_killed_if_l
                              'hopeless')
             late.done.wait(3.0)  # the model is held: its deadline passes in the queue
         assert late.done.wait(30.0)
-        assert late.result.outcome == Outcome.KILLED
-        assert 'deadline passed while queued' in late.result.reason
+        # Ended with a reason when it left the queue: killed, or refused by the re-plan.
+        assert late.result.outcome in (Outcome.KILLED, Outcome.REJECTED)
+        assert 'in queue' in late.result.reason or 'while queued' in late.result.reason
     finally:
         server.stop(timeout_s=30.0)
 

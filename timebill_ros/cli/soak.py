@@ -248,6 +248,7 @@ def main(argv=None) -> int:
     from timebill_ros.cli.bench_eviction import machine
     from timebill_ros.cli.bench_robot import shipped_params, write_outputs
     from timebill_ros.ros import bags
+    import rclpy
     from timebill_ros.ros.client import ensure_init
     from timebill_ros.ros.process import NodeProcess
     from timebill_ros.ros.replay import replay
@@ -260,6 +261,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    ours = not rclpy.ok()
     ensure_init()
     node = NodeProcess(params, ready_timeout=900, namespace=NAMESPACE)
     samples, stop = [], threading.Event()
@@ -295,6 +297,8 @@ def main(argv=None) -> int:
     finally:
         stop.set()
         node.stop()
+        if ours:
+            rclpy.try_shutdown()
     report = {'date': datetime.date.today().isoformat(), 'machine': machine(),
               'command': 'python -m timebill_ros.cli.soak '
                          + ' '.join(argv if argv is not None else sys.argv[1:]),
