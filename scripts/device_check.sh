@@ -55,7 +55,7 @@ for policy in kill skip_next; do
   python - "$OUT/sweep_$policy/replay.csv" "$policy" <<'PY' | tee -a "$OUT/summary.md"
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
-met = sum(r['outcome'] == 'COMPLETED' and r['deadline_met'] == 'True' for r in rows)
+met = sum(r['outcome'] == 'COMPLETED' and r['deadline_met'].lower() == 'true' for r in rows)
 outcomes = {}
 for r in rows:
     outcomes[r['outcome']] = outcomes.get(r['outcome'], 0) + 1
