@@ -34,3 +34,20 @@ def wait_until():
             time.sleep(0.01)
         raise AssertionError(f'timed out waiting for {what}')
     return wait
+
+
+def _synthetic_profile(dtype='float32', step_s=0.1, prefill_s=0.01, batch=(),
+                       model='tiny-random'):
+    """Return a profile whose ETE says ``prefill_s`` per prefill and ``step_s`` per step."""
+    from timebill_ros.core.profile import Profile
+    return Profile(model=model, device='cpu', dtype=dtype,
+                   coefficients={'a': 0.0, 'b': 0.0, 'c': prefill_s, 'p': 0.0, 'q': step_s},
+                   prefill_points=[[n, prefill_s] for n in (16, 64, 256)],
+                   decode_points=[[n, step_s] for n in (16, 64, 256)],
+                   batch_coefficients=[list(pair) for pair in batch])
+
+
+@pytest.fixture(scope='session')
+def synthetic_profile():
+    """Build constant-time profiles for the tiny model (timing tests, not calibration)."""
+    return _synthetic_profile

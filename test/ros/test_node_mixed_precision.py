@@ -14,28 +14,20 @@ import pytest
 from timebill_ros.action import Instruct
 from timebill_ros.core.cuts import CutEffect, CutEffects
 from timebill_ros.core.precision import UnitTimes
-from timebill_ros.core.profile import Profile
 from timebill_ros.ros.client import InstructClient, make_goal
 from conftest import NodeProcess
 
 G, R = Instruct.Goal, Instruct.Result
 
 
-def profile(dtype: str, step_s: float) -> Profile:
-    return Profile(model='tiny-random', device='cpu', dtype=dtype,
-                   coefficients={'a': 0.0, 'b': 0.0, 'c': 0.01, 'p': 0.0, 'q': step_s},
-                   prefill_points=[[n, 0.01] for n in (16, 64, 256)],
-                   decode_points=[[n, step_s] for n in (16, 64, 256)])
-
-
 @pytest.fixture(scope='module')
-def client(rclpy_context, tmp_path_factory):
+def client(rclpy_context, tmp_path_factory, synthetic_profile):
     folder = tmp_path_factory.mktemp('mixed')
-    main = profile('float32', 0.1)
+    main = synthetic_profile('float32', 0.1)
     main.set_units('float32', UnitTimes((0.03,) * 3, (0.0,) * 3, 0.01))
     main.set_units('int8-dynamic', UnitTimes((0.01,) * 3, (0.0,) * 3, 0.01))
     main.save(folder / 'tiny.yaml')
-    profile('int8-dynamic', 0.04).save(folder / 'tiny.int8-dynamic.yaml')
+    synthetic_profile('int8-dynamic', 0.04).save(folder / 'tiny.int8-dynamic.yaml')
     (folder / 'kl.json').write_text(json.dumps({
         'source': 'tiny-random', 'low': 'int8-dynamic', 'unit_kl': [0.05, 0.01, 0.3],
         'all_low_kl': 0.4}))

@@ -8,26 +8,17 @@ the planner and the action round trip are the real ones.
 import pytest
 
 from timebill_ros.action import Instruct
-from timebill_ros.core.profile import Profile
 from timebill_ros.ros.client import InstructClient, make_goal
 from conftest import NodeProcess
 
 G, R = Instruct.Goal, Instruct.Result
 
 
-def profile(dtype: str, step_s: float) -> Profile:
-    """Return a profile with a 10 ms prefill and ``step_s`` decode steps."""
-    return Profile(model='tiny-random', device='cpu', dtype=dtype,
-                   coefficients={'a': 0.0, 'b': 0.0, 'c': 0.01, 'p': 0.0, 'q': step_s},
-                   prefill_points=[[n, 0.01] for n in (16, 64, 256)],
-                   decode_points=[[n, step_s] for n in (16, 64, 256)])
-
-
 @pytest.fixture(scope='module')
-def client(rclpy_context, tmp_path_factory):
+def client(rclpy_context, tmp_path_factory, synthetic_profile):
     folder = tmp_path_factory.mktemp('profiles')
-    profile('float32', 0.2).save(folder / 'tiny.yaml')  # 8 tokens: 1.6 s
-    profile('int8-dynamic', 0.02).save(folder / 'tiny.int8-dynamic.yaml')  # 0.16 s
+    synthetic_profile('float32', 0.2).save(folder / 'tiny.yaml')  # 8 tokens: 1.6 s
+    synthetic_profile('int8-dynamic', 0.02).save(folder / 'tiny.int8-dynamic.yaml')  # 0.16 s
     proc = NodeProcess({'model': 'tiny-random', 'profile': str(folder / 'tiny.yaml'),
                         'calibrate_on_start': False, 'length_predictor': 'max-new-tokens',
                         'cut_effects': '', 'max_new_tokens': 8})

@@ -112,6 +112,27 @@ def test_a_resident_int8_copy_runs_the_decode_steps_of_plans_asking_for_it(tiny)
         precision_variant(variant, 'int8-dynamic')  # only float32 -> int8
 
 
+def test_each_precision_decodes_with_its_own_thread_count(tiny):
+    variant = precision_variant(tiny, 'int8-dynamic')
+    engine = Engine(tiny, variants={'int8-dynamic': variant},
+                    decode_threads={'float32': 1, 'int8-dynamic': 2})
+    assert engine.threads_for('') == 1 and engine.threads_for('mixed') == 1
+    ids = prompt_ids(tiny.tokenizer, 'Report the battery level.')
+    before = torch.get_num_threads()
+
+    def seen(into):
+        # The hook runs on the decoding thread, inside the engine's thread scope.
+        return lambda event: into.append(torch.get_num_threads()) or True
+    full, low, switched = [], [], []
+    engine.generate(ids, 4, Plan(), seen(full))
+    engine.generate(ids, 4, Plan(precision='int8-dynamic'), seen(low))
+    engine.generate(ids, 5, Plan(), seen(switched),
+                    switch=lambda i: 'int8-dynamic' if i >= 1 else '')
+    assert full == [1] * 4 and low == [2] * 4
+    assert switched == [1, 1, 2, 2, 2]  # token 2 is the first one decoded in int8
+    assert torch.get_num_threads() == before
+
+
 def test_intra_op_threads_is_scoped():
     before = torch.get_num_threads()
     with intra_op_threads(1):

@@ -12,7 +12,7 @@ from timebill_ros.core.profile import Profile  # noqa: E402
 from timebill_ros.runtime.engine import Engine  # noqa: E402
 from timebill_ros.runtime.model import load_model, prompt_ids  # noqa: E402
 from timebill_ros.runtime.presses import make_press, press_for_plan, PRESSES  # noqa: E402
-from timebill_ros.runtime.profiler import calibrate, Grid  # noqa: E402
+from timebill_ros.runtime.profiler import calibrate, fastest_threads, Grid  # noqa: E402
 
 
 @pytest.fixture(scope='module')
@@ -73,9 +73,21 @@ def test_calibration_round_trip(tiny, tmp_path):
     assert loaded.heldout['prefill_lengths'] == [96]
     assert len(loaded.prefill_points) == 5 and len(loaded.decode_points) == 4
     assert loaded.versions['torch']
+    assert loaded.decode_threads() >= 1  # 0 ('as is') is stored as the count in force
     # Per-layer decode times for early exit travel with the profile.
     assert len(loaded.layer_times['layers_s']) == tiny.num_layers
     assert loaded.layer_times['head_s'] > 0
     (tmp_path / 'bad.yaml').write_text('just: text\n')
     with pytest.raises(ValueError):
         Profile.load(tmp_path / 'bad.yaml')
+
+
+def test_the_thread_probe_times_each_count_on_a_worker_thread(tiny):
+    import threading
+    import torch
+    before, main = torch.get_num_threads(), threading.current_thread()
+    best, times = fastest_threads(tiny, candidates=(1, 2), steps=3)
+    assert sorted(times) == [1, 2] and best in times and all(t > 0 for t in times.values())
+    assert torch.get_num_threads() == before and threading.current_thread() is main
+    best, times = fastest_threads(tiny, candidates=(1,), steps=2)
+    assert best == 1 and list(times) == [1]

@@ -1,10 +1,12 @@
 """The serving core without ROS: admission, schedulers, cancel, Skip-Next (tiny model)."""
 
+from dataclasses import replace
 import threading
 
 import pytest
 
 from timebill_ros.core.config import NodeConfig
+from timebill_ros.core.profile import Profile
 from timebill_ros.core.request import GoalSpec, Mode, Outcome, OverrunPolicy, Rejection
 from timebill_ros.runtime.model import load_model
 from timebill_ros.serving.assembly import Assembly
@@ -157,24 +159,25 @@ def test_a_full_queue_rejects_with_the_reason_and_held_places_count(loaded):
         server.stop()
 
 
-def profiled_server(loaded, tmp_path, scheduler, **extra):
-    """Return a server whose ETE says 10 ms prefill and 100 ms per decode step."""
-    from timebill_ros.core.profile import Profile
-    path = tmp_path / 'tiny.yaml'
-    Profile(model='tiny-random', device='cpu', dtype='float32',
-            coefficients={'a': 0.0, 'b': 0.0, 'c': 0.01, 'p': 0.0, 'q': 0.1},
-            prefill_points=[[n, 0.01] for n in (16, 64, 256)],
-            decode_points=[[n, 0.1] for n in (16, 64, 256)]).save(path)
+def synthetic_server(loaded, path, scheduler='edf', **params):
+    """Return a server on the profile at ``path`` (no calibration, no warm-up, no RLP)."""
     config = NodeConfig.from_dict({
         'model': 'tiny-random', 'calibrate_on_start': False, 'warm_up': False,
         'length_predictor': 'max-new-tokens', 'auto_precision': '', 'profile': str(path),
-        'scheduler': scheduler, **extra})
+        'scheduler': scheduler, **params})
     return Server(Assembly(config, loaded, Log()), lambda *args: None, scheduler)
 
 
+def profiled_server(loaded, tmp_path, make_profile, scheduler, **extra):
+    """Return a server whose ETE says 10 ms prefill and 100 ms per decode step."""
+    make_profile(step_s=0.1).save(tmp_path / 'tiny.yaml')
+    return synthetic_server(loaded, tmp_path / 'tiny.yaml', scheduler, **extra)
+
+
 def test_without_the_wait_check_a_goal_is_judged_on_an_idle_node_and_killed_if_late(
-        loaded, tmp_path):
-    server = profiled_server(loaded, tmp_path, 'edf', queue_aware_admission=False)
+        loaded, tmp_path, synthetic_profile):
+    server = profiled_server(loaded, tmp_path, synthetic_profile, 'edf',
+                             queue_aware_admission=False)
     auto = int(Mode.AUTO)
     try:
         with server.assembly.model_lock:
@@ -198,8 +201,10 @@ def test_without_the_wait_check_a_goal_is_judged_on_an_idle_node_and_killed_if_l
         server.stop(timeout_s=30.0)
 
 
-def test_admission_counts_the_expected_wait_and_protects_accepted_goals(loaded, tmp_path):
-    server = profiled_server(loaded, tmp_path, 'edf', queue_aware_admission=True)
+def test_admission_counts_the_expected_wait_and_protects_accepted_goals(loaded, tmp_path,
+                                                                        synthetic_profile):
+    server = profiled_server(loaded, tmp_path, synthetic_profile, 'edf',
+                             queue_aware_admission=True)
     auto = int(Mode.AUTO)
     try:
         with server.assembly.model_lock:
@@ -271,25 +276,17 @@ def test_batched_goals_join_leave_and_answer_as_they_would_alone(loaded):
         batched.stop()
 
 
-def batch_server(loaded, tmp_path, batch_coefficients=((0.0, 0.1), (0.0, 0.12), (0.0, 0.14),
-                                                       (0.0, 0.16))):
+def batch_server(loaded, tmp_path, make_profile,
+                 batch_coefficients=((0.0, 0.1), (0.0, 0.12), (0.0, 0.14), (0.0, 0.16))):
     """Return a max_batch 4 server: 10 ms prefill, 100 ms alone, 120/140/160 ms batched."""
-    from timebill_ros.core.profile import Profile
     path = tmp_path / 'tiny-batch.yaml'
-    Profile(model='tiny-random', device='cpu', dtype='float32',
-            coefficients={'a': 0.0, 'b': 0.0, 'c': 0.01, 'p': 0.0, 'q': 0.1},
-            prefill_points=[[n, 0.01] for n in (16, 64, 256)],
-            decode_points=[[n, 0.1] for n in (16, 64, 256)],
-            batch_coefficients=[list(pair) for pair in batch_coefficients]).save(path)
-    config = NodeConfig.from_dict({
-        'model': 'tiny-random', 'calibrate_on_start': False, 'warm_up': False,
-        'length_predictor': 'max-new-tokens', 'auto_precision': '', 'profile': str(path),
-        'scheduler': 'edf', 'max_batch': 4, 'queue_aware_admission': True})
-    return Server(Assembly(config, loaded, Log()), lambda *args: None)
+    make_profile(step_s=0.1, batch=batch_coefficients).save(path)
+    return synthetic_server(loaded, path, max_batch=4, queue_aware_admission=True)
 
 
-def test_admission_plans_a_goal_on_the_steps_of_the_batch_it_joins(loaded, tmp_path):
-    server = batch_server(loaded, tmp_path)
+def test_admission_plans_a_goal_on_the_steps_of_the_batch_it_joins(loaded, tmp_path,
+                                                                   synthetic_profile):
+    server = batch_server(loaded, tmp_path, synthetic_profile)
     auto = int(Mode.AUTO)
     try:
         with server.assembly.model_lock:
@@ -304,7 +301,7 @@ def test_admission_plans_a_goal_on_the_steps_of_the_batch_it_joins(loaded, tmp_p
                                                     max_new_tokens=20), 'joiner'))
     finally:
         server.stop(timeout_s=30.0)
-    server = batch_server(loaded, tmp_path)
+    server = batch_server(loaded, tmp_path, synthetic_profile)
     try:
         with server.assembly.model_lock:
             server.submit(server.admit(GoalSpec('Go.', budget_s=60.0, mode=auto,
@@ -330,9 +327,10 @@ def test_admission_plans_a_goal_on_the_steps_of_the_batch_it_joins(loaded, tmp_p
         server.stop(timeout_s=30.0)
 
 
-def test_a_profile_without_batched_steps_gets_them_measured_and_saved(loaded, tmp_path):
+def test_a_profile_without_batched_steps_gets_them_measured_and_saved(loaded, tmp_path,
+                                                                      synthetic_profile):
     from timebill_ros.core.profile import Profile
-    server = batch_server(loaded, tmp_path, batch_coefficients=())
+    server = batch_server(loaded, tmp_path, synthetic_profile, batch_coefficients=())
     try:
         model = server.pipeline.batch.model
         assert model.max_measured == 4
@@ -344,24 +342,18 @@ def test_a_profile_without_batched_steps_gets_them_measured_and_saved(loaded, tm
         server.stop()
 
 
-def lanes_server(loaded, tmp_path):
+def lanes_server(loaded, tmp_path, make_profile):
     """A max_batch 4 server with an int8 copy; profiles say everything fits easily."""
-    from timebill_ros.core.profile import Profile
     for name, dtype in (('tiny.yaml', 'float32'), ('tiny.int8-dynamic.yaml', 'int8-dynamic')):
-        Profile(model='tiny-random', device='cpu', dtype=dtype,
-                coefficients={'a': 0.0, 'b': 0.0, 'c': 0.001, 'p': 0.0, 'q': 0.001},
-                prefill_points=[[n, 0.001] for n in (16, 64, 256)],
-                decode_points=[[n, 0.001] for n in (16, 64, 256)],
-                batch_coefficients=[[0.0, 0.001]] * 4).save(tmp_path / name)
-    config = NodeConfig.from_dict({
-        'model': 'tiny-random', 'calibrate_on_start': False, 'warm_up': False,
-        'length_predictor': 'max-new-tokens', 'cut_effects': '', 'max_batch': 4,
-        'profile': str(tmp_path / 'tiny.yaml'), 'max_new_tokens_limit': 8192})
-    return Server(Assembly(config, loaded, Log()), lambda *args: None)
+        make_profile(dtype, step_s=0.001, prefill_s=0.001,
+                     batch=[(0.0, 0.001)] * 4).save(tmp_path / name)
+    return synthetic_server(loaded, tmp_path / 'tiny.yaml', auto_precision='int8-dynamic',
+                            cut_effects='', max_batch=4, max_new_tokens_limit=8192)
 
 
-def test_goals_of_two_precisions_share_rounds_and_each_is_killed_on_time(loaded, tmp_path):
-    server = lanes_server(loaded, tmp_path)
+def test_goals_of_two_precisions_share_rounds_and_each_is_killed_on_time(loaded, tmp_path,
+                                                                         synthetic_profile):
+    server = lanes_server(loaded, tmp_path, synthetic_profile)
     none = int(Mode.NONE)
     try:
         alone = {}
@@ -417,3 +409,29 @@ def test_close_ends_queued_goals_and_stops_the_running_one_with_the_reason(loade
         assert server.settled()  # submitted jobs are not kept once they ended
     finally:
         server.stop()
+
+
+def test_decode_threads_are_probed_per_precision_and_a_profile_timed_otherwise_is_redone(
+        loaded, tmp_path, synthetic_profile):
+    path = tmp_path / 'tiny.yaml'
+    stale = synthetic_profile(step_s=0.1)
+    stale.versions = {'decode_threads': 7}
+    stale.save(path)
+    config = NodeConfig.from_dict({
+        'model': 'tiny-random', 'warm_up': False, 'length_predictor': 'max-new-tokens',
+        'auto_precision': 'int8-dynamic', 'cut_effects': '', 'profile': str(path),
+        'calibrate_on_start': True, 'calibration_quick': True, 'decode_threads': -1})
+    log = Log()
+    assembly = Assembly(config, loaded, log)
+    assert set(assembly.decode_threads) == {'float32', 'int8-dynamic'}
+    assert all(n >= 1 for n in assembly.decode_threads.values())
+    assert sum('decode steps on a worker thread' in m for _, m in log.lines) == 2
+    assembly.start()
+    assert any('timed decode steps at 7 thread(s)' in m for _, m in log.lines)
+    redone = Profile.load(path)
+    assert redone.decode_threads() == assembly.decode_threads['float32']
+    assert redone.coefficients['q'] != 0.1  # measured, not the synthetic 100 ms
+    # A fixed count is used as given, with no probe.
+    fixed = Assembly(replace(config, decode_threads=1, calibrate_on_start=False), loaded, Log())
+    assert fixed.decode_threads == {'float32': 1, 'int8-dynamic': 1}
+    assert fixed.engine().threads_for('int8-dynamic') == 1

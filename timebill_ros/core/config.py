@@ -106,9 +106,11 @@ PARAMS = (
           "quality cut, which the planner weighs against P(fit): 'shipped' "
           "(timebill_ros/data/cut_effects.json, from timebill_ros.cli.measure_cuts), '' "
           '(cuts assumed harmless) or a path to such a JSON file.'),
-    Param('decode_threads', 1, 'Intra-op CPU threads of the decode loop (0: torch default). '
-          'On the 2-core VM int8 decode steps on the worker thread took 30 ms with 2 '
-          'OpenMP threads and 19 ms with 1; float32 steps 60 ms either way.', 0, 256),
+    Param('decode_threads', -1, 'Intra-op CPU threads of the decode loop. -1: chosen per '
+          'precision at start by timing decode steps on a worker thread with 1 thread and '
+          "with torch's default (the fewest within 5 % of the fastest); 0: torch default; "
+          'n: n threads. The best count depends on the CPU: int8 steps on one 2-core VM ran '
+          '19 ms on 1 thread and 30 ms on 2, on another 40 ms and 34 ms.', -1, 256),
     Param('length_predictor_max_tokens', 256, 'Longest input the length predictor reads; '
           'longer prompts keep their first 32 and last tokens (bounds its cost).', 65, 8192),
     Param('length_predictor_in_prefill', True, "For heads on the target's own hidden states: "
@@ -174,7 +176,7 @@ class NodeConfig:
     auto_precision: str = 'int8-dynamic'
     precision_mix: str = ''
     cut_effects: str = 'shipped'
-    decode_threads: int = 1
+    decode_threads: int = -1
     length_predictor_max_tokens: int = 256
     length_predictor_in_prefill: bool = True
     early_exit_layers: str = ''

@@ -66,6 +66,12 @@ class Profile:
             'a': [float(v) for v in times.a], 'c': [float(v) for v in times.c],
             'rest_a': float(times.rest_a), 'rest_c': float(times.rest_c)}}
 
+    def decode_threads(self) -> int | None:
+        """Return the intra-op thread count the decode steps were timed at (None: unknown)."""
+        v = self.versions or {}
+        count = v.get('decode_threads') or v.get('threads')
+        return int(count) if count else None
+
     def matches(self, model: str, device: str, dtype: str) -> bool:
         """Tell whether this profile was measured for this model, device and dtype."""
         return (self.model, self.device, self.dtype) == (model, device, dtype)

@@ -332,3 +332,20 @@ class OnlineBatchDrift:
         with self._lock:
             errors = list(self.errors)
         return float(np.mean(errors)) if errors else 0.0
+
+
+def fewest_threads(times: dict, margin: float = 0.05, keep: int | None = None,
+                   keep_margin: float = 0.15) -> int:
+    """Return the fewest threads whose time is within ``margin`` of the fastest.
+
+    ``times`` maps an intra-op thread count to a measured step time. Near-ties go to
+    fewer threads: they leave cores to the rest of the stack. ``keep`` (the count a
+    stored profile was timed at) wins while within ``keep_margin`` of the fastest, so
+    that a noisy probe does not force a recalibration at every start.
+    """
+    if not times:
+        raise ValueError('no thread counts were timed')
+    fastest = min(times.values())
+    if keep in times and times[keep] <= fastest * (1.0 + keep_margin):
+        return keep
+    return min(n for n, t in times.items() if t <= fastest * (1.0 + margin))

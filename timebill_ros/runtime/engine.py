@@ -51,14 +51,15 @@ class Engine:
 
     def __init__(self, loaded: LoadedModel, press_for_plan: PressFactory | None = None,
                  clock: Callable[[], float] = time.monotonic, exit_decoder=None,
-                 variants: dict | None = None, decode_threads: int = 0, mixed=None):
+                 variants: dict | None = None, decode_threads: int | dict = 0, mixed=None):
         """Wrap a loaded model; ``press_for_plan`` returns a kvpress press or None.
 
         ``exit_decoder`` (a LayerwiseDecoder) runs the decode steps of MODE_EARLY_EXIT
         plans; without one such plans run at full depth. ``variants`` maps a precision
         (e.g. 'int8-dynamic') to a resident copy of the model that runs the decode steps
         of plans asking for it. ``decode_threads`` > 0 sets the intra-op threads of the
-        decode loop (the prefill keeps the thread's default). ``mixed`` (a
+        decode loop (the prefill keeps the thread's default); a dict gives it per
+        precision (``MIXED`` and missing keys: the main model's). ``mixed`` (a
         runtime.precision.MixedModel) runs the decode steps of per-layer mixed plans.
         """
         self.loaded = loaded
@@ -68,6 +69,13 @@ class Engine:
         self.variants = dict(variants or {})
         self.decode_threads = decode_threads
         self.mixed = mixed
+
+    def threads_for(self, precision: str) -> int:
+        """Return the intra-op threads that decode steps at ``precision`` run with (0: as is)."""
+        if not isinstance(self.decode_threads, dict):
+            return self.decode_threads
+        own = self.decode_threads.get(self.loaded.dtype, 0)
+        return self.decode_threads.get(precision or self.loaded.dtype, own)
 
     def decode_model(self, plan: Plan):
         """Return the module that runs the plan's decode steps (ValueError if absent)."""
@@ -173,7 +181,7 @@ class Engine:
         plan = stats.plan
         layerwise = self.exit_decoder if plan.mode == Mode.EARLY_EXIT else None
         decoder = StreamDecoder(self.loaded.tokenizer, self.loaded.tokenizer_lock)
-        with intra_op_threads(self.decode_threads):
+        with intra_op_threads(self.threads_for(plan.precision)):
             return self._decode(self.decode_model(plan), layerwise, next_id, cache, n_prompt,
                                 max_new_tokens, on_token, token_budget, stats, decoder,
                                 switch)
@@ -204,6 +212,7 @@ class Engine:
                     if to in self.variants:
                         model = self.variants[to].model
                         stats.switched_at, stats.switched_to = index, to
+                        torch.set_num_threads(self.threads_for(to) or torch.get_num_threads())
                 t = self.clock()
                 if layerwise is not None:
                     step = layerwise.step(next_id, n_prompt + index, cache,

@@ -10,7 +10,7 @@ from pathlib import Path
 import shutil
 import tempfile
 import threading
-from typing import Any
+from typing import Any, Callable
 
 EMBEDDED = 'embedded'
 TINY_RANDOM = 'tiny-random'
@@ -241,6 +241,32 @@ def synchronize(device: str) -> None:
     if str(device).startswith('cuda'):
         import torch
         torch.cuda.synchronize(device)
+
+
+def on_own_thread(function: Callable, *args, name: str = 'timebill-setup'):
+    """Run ``function(*args)`` on a fresh thread that exits after it; return its result.
+
+    Every thread that runs a multi-threaded torch op keeps its OpenMP team until it
+    exits. Loading, quantising and calibrating on the main (or an executor) thread
+    would leave a second team beside the serving worker's; with more OpenMP threads
+    than cores, libgomp barely spins before sleeping between ops. Setup done here
+    leaves no team behind. Exceptions are re-raised in the caller.
+    """
+    outcome: list = []
+
+    def run():
+        try:
+            outcome.append((True, function(*args)))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller as is
+            outcome.append((False, exc))
+    worker = threading.Thread(target=run, name=name, daemon=True)
+    worker.start()
+    while worker.is_alive():  # short joins keep the caller's signal handlers running
+        worker.join(0.5)
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
 
 
 @contextmanager

@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 import platform
 import statistics
+import threading
 import time
 from typing import Callable, Sequence
 
 from timebill_ros.core.profile import Profile
 from timebill_ros.core.timing import (
-    ape, fit_batch, fit_decode, fit_prefill, mape, TimingModel)
-from timebill_ros.runtime.model import intra_op_threads, LoadedModel
+    ape, fewest_threads, fit_batch, fit_decode, fit_prefill, mape, TimingModel)
+from timebill_ros.runtime.model import intra_op_threads, LoadedModel, synchronize
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,49 @@ def time_batch_steps(loaded: LoadedModel, max_batch: int, kv_lengths: Sequence[i
     return points
 
 
+def fastest_threads(loaded: LoadedModel, candidates: Sequence[int] | None = None,
+                    steps: int = 12, margin: float = 0.05, keep: int | None = None) -> tuple:
+    """Time decode steps on a fresh thread per intra-op thread count; return (best, {n: s}).
+
+    The serving worker is not the main thread, so the probe runs on a new one. Which
+    count wins depends on the CPU and the precision (on the AMD VM int8 steps ran 19 ms
+    on one thread and 30 ms on two; on the Intel VM 40 ms and 34 ms), hence a probe
+    instead of a constant. The choice is ``core.timing.fewest_threads`` (``keep``: the
+    count a stored profile was timed at).
+    """
+    import torch
+    from transformers import DynamicCache
+    default = torch.get_num_threads()
+    counts = sorted(set(candidates or (1, default)))
+    times: dict = {}
+
+    def probe():
+        with torch.inference_mode():
+            cache = DynamicCache()
+            out = loaded.model(input_ids=_ids(loaded, 32, 5), past_key_values=cache,
+                               use_cache=True)
+            token = out.logits[:, -1:].argmax(-1)
+            for n in counts:
+                samples = []
+                with intra_op_threads(n):
+                    for j in range(steps + 2):
+                        t0 = time.monotonic()
+                        out = loaded.model(input_ids=token, past_key_values=cache,
+                                           use_cache=True)
+                        token = out.logits[:, -1:].argmax(-1)
+                        synchronize(loaded.device)
+                        if j >= 2:  # the first steps at a new count pay thread start-up
+                            samples.append(time.monotonic() - t0)
+                cache.crop(32)
+                times[n] = statistics.median(samples)
+    worker = threading.Thread(target=probe, name='timebill-thread-probe', daemon=True)
+    worker.start()
+    worker.join(300.0)
+    if worker.is_alive() or len(times) != len(counts):
+        raise RuntimeError('the decode thread probe did not finish')
+    return fewest_threads(times, margin, keep), times
+
+
 def batch_profile(loaded: LoadedModel, max_batch: int, decode_threads: int = 0) -> tuple:
     """Measure and fit the batched-step model; return (points, BatchTimingModel)."""
     with intra_op_threads(decode_threads):
@@ -204,7 +248,8 @@ def calibrate(loaded: LoadedModel, grid: Grid = Grid(), progress: bool = True,
                    'decode_max_fit_ape_pct': residual(fit_dec)},
         versions={'torch': str(torch.__version__), 'transformers': transformers.__version__,
                   'python': platform.python_version(),
-                  'threads': torch.get_num_threads(), 'decode_threads': decode_threads},
+                  'threads': torch.get_num_threads(),
+                  'decode_threads': decode_threads or torch.get_num_threads()},
         date=time.strftime('%Y-%m-%dT%H:%M:%S%z'), host=platform.node(), layer_times=layer_times,
         batch_points=[[int(b), float(k), float(t)] for b, k, t in batch_points],
         batch_coefficients=batch_fit.as_list() if batch_fit else [])

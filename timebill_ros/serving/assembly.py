@@ -28,7 +28,7 @@ from timebill_ros.runtime.model import cache_root, ModelLoadError, precision_var
 from timebill_ros.runtime.precision import MixedModel, unit_times
 from timebill_ros.runtime.predictor import load_predictor, SHIPPED_HEAD
 from timebill_ros.runtime.presses import press_for_plan
-from timebill_ros.runtime.profiler import batch_profile, calibrate, Grid, QUICK
+from timebill_ros.runtime.profiler import batch_profile, calibrate, fastest_threads, Grid, QUICK
 
 
 class Log(Protocol):
@@ -71,18 +71,53 @@ class Assembly:
         self.variants = self._make_variants()
         self.mixed, self.unit_kl = self._make_mixed()
         self.exit_rule, self.exit_heads = self._make_exit_rule()
-        if config.warm_up:
-            self.engine().warm_up(press=config.press)
-        self.predictor = self._make_predictor(config.length_predictor)
-        self.effects = self._load_cut_effects(config.cut_effects)
         self.profile_path = Path(config.profile) if config.profile else default_path(
             cache_root(), loaded.name, loaded.device, loaded.dtype)
+        self.decode_threads: dict = {}  # precision -> intra-op threads of its decode steps
+        if config.warm_up:
+            self.engine().warm_up(press=config.press)
+        self.decode_threads = self._decode_threads()
+        self.predictor = self._make_predictor(config.length_predictor)
+        self.effects = self._load_cut_effects(config.cut_effects)
 
     def engine(self, exit_decoder=None) -> Engine:
         """Return a new engine over the model and its resident variants."""
         return Engine(self.loaded, press_for_plan, exit_decoder=exit_decoder,
-                      variants=self.variants, decode_threads=self.config.decode_threads,
+                      variants=self.variants, decode_threads=dict(self.decode_threads),
                       mixed=self.mixed)
+
+    def threads(self, loaded) -> int:
+        """Return the decode intra-op threads chosen for one resident model (0: as is)."""
+        return self.decode_threads.get(loaded.dtype, 0)
+
+    def _decode_threads(self) -> dict:
+        """Return {precision: decode threads}: the parameter, or probed when it is -1."""
+        setting = self.config.decode_threads
+        models = {self.loaded.dtype: self.loaded, **self.variants}
+        if setting >= 0:
+            return {precision: setting for precision in models}
+        chosen = {}
+        for precision, loaded in models.items():
+            path = self.profile_path if loaded is self.loaded else \
+                self.variant_profile_path(precision)
+            with self.model_lock:
+                best, times = fastest_threads(loaded, keep=self._stored_threads(path, loaded))
+            chosen[precision] = best
+            self.log.info(f'{precision} decode steps on a worker thread: ' + ', '.join(
+                f'{n} thread(s) {t * 1e3:.1f} ms' for n, t in times.items()) +
+                f': decoding with {best}')
+        return chosen
+
+    @staticmethod
+    def _stored_threads(path: Path, loaded) -> int | None:
+        """Return the decode threads a matching stored profile was timed at (None: none)."""
+        try:
+            profile = Profile.load(path)
+        except ValueError:
+            return None
+        if not profile.matches(loaded.name, loaded.device, loaded.dtype):
+            return None
+        return profile.decode_threads()
 
     # -- parts that live as long as the model ------------------------------------------
 
@@ -192,7 +227,7 @@ class Assembly:
             found = profile.units_of(precision, self.mixed.units)
             if found is None:
                 with self.model_lock:
-                    found = unit_times(loaded, threads=self.config.decode_threads)
+                    found = unit_times(loaded, threads=self.threads(loaded))
                 profile.set_units(precision, found)
                 try:
                     profile.save(self.profile_path)
@@ -261,6 +296,13 @@ class Assembly:
                     f'{path} was measured for {profile.model}/{profile.device}/'
                     f'{profile.dtype}, not this model; ignoring it')
                 profile = None
+            threads = self.threads(loaded)
+            if profile and threads and profile.decode_threads() not in (None, threads) and \
+                    self.config.calibrate_on_start:
+                # Steps timed at another thread count mislead the ETE by up to 2x.
+                self.log.warning(f'{path} timed decode steps at {profile.decode_threads()} '
+                                 f'thread(s), the node decodes with {threads}: recalibrating')
+                profile = None
         if profile is None and self.config.calibrate_on_start:
             self.log.info(f'no {loaded.dtype} execution-time profile: calibrating (one-off)')
             profile = self._calibrate(self.config.calibration_quick, loaded, path)
@@ -269,7 +311,7 @@ class Assembly:
     def _calibrate(self, quick: bool, loaded, path: Path) -> Profile:
         with self.model_lock:
             profile = calibrate(loaded, QUICK if quick else Grid(), progress=False,
-                                decode_threads=self.config.decode_threads,
+                                decode_threads=self.threads(loaded),
                                 max_batch=self.config.max_batch
                                 if loaded is self.loaded else 1)
         try:
@@ -316,7 +358,7 @@ class Assembly:
         source = 'profile'
         if model is None:
             with self.model_lock:
-                points, model = batch_profile(self.loaded, size, self.config.decode_threads)
+                points, model = batch_profile(self.loaded, size, self.threads(self.loaded))
             profile.batch_points = [[int(b), float(k), float(t)] for b, k, t in points]
             profile.batch_coefficients = model.as_list()
             source = 'measured now (profile had none)'

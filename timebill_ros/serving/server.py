@@ -22,7 +22,7 @@ from timebill_ros.core.scheduling import make_scheduler, slot_starts
 from timebill_ros.core.telemetry import GoalRecord, Telemetry
 from timebill_ros.runtime.batch import BatchDecoder
 from timebill_ros.runtime.engine import StreamDecoder
-from timebill_ros.runtime.model import intra_op_threads, prompt_ids
+from timebill_ros.runtime.model import intra_op_threads, on_own_thread, prompt_ids
 from timebill_ros.serving.assembly import Assembly, Pipeline
 from timebill_ros.serving.jobs import Job, JobHooks
 
@@ -527,7 +527,7 @@ class Server:
                 t, size = time.monotonic(), len(batch)
                 total_kv = size * batch.cached_tokens()
                 try:
-                    with intra_op_threads(self.config.decode_threads):
+                    with intra_op_threads(engine.threads_for(lane[0])):
                         tokens = batch.step()
                 except Exception as exc:  # noqa: BLE001 - the whole batch fails together
                     for key in batch.keys:
@@ -591,7 +591,8 @@ class Server:
 
     def recalibrate(self, quick: bool) -> Profile:
         """Calibrate the model again and swap in the pipeline built on the new profile."""
-        profile, pipeline = self.assembly.recalibrate(quick, self.pipeline.online_variants)
+        profile, pipeline = on_own_thread(  # leaves no OpenMP team on the caller's thread
+            self.assembly.recalibrate, quick, self.pipeline.online_variants)
         self.pipeline = pipeline  # one reference swap: a running goal keeps its own
         return profile
 
