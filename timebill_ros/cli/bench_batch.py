@@ -8,6 +8,7 @@
    MODE_NONE and a fixed answer length, on a node with ``max_batch`` N and on one
    with ``max_batch`` 1; tokens/s = answer tokens / time until the last result.
    A lone goal's time per output token on both nodes gives the batching overhead.
+   Both nodes run side by side and take turns, so VM speed drift lands on both.
 
 Outputs in --out (default results/batch): bench.json, README.md.
 """
@@ -33,8 +34,11 @@ def bound(sizes: list, steps: int, threads: int) -> dict:
     from timebill_ros.runtime.batch import BatchDecoder
     from timebill_ros.runtime.engine import Engine
     from timebill_ros.runtime.model import intra_op_threads, load_model, prompt_ids
+    from timebill_ros.runtime.profiler import fastest_threads
     loaded = load_model('embedded')
     engine = Engine(loaded)
+    if threads < 0:
+        threads = fastest_threads(loaded)[0]
     items = robot_workload.load('test')
     out = {}
     for size in sizes:
@@ -53,35 +57,53 @@ def bound(sizes: list, steps: int, threads: int) -> dict:
     return out
 
 
-def through_node(size: int, tokens: int, threads: int) -> dict:
-    """Return tokens/s of ``size`` goals at once and a lone goal's TPOT, per max_batch."""
+def through_node(size: int, tokens: int, threads: int, repeats: int = 3) -> dict:
+    """Return tokens/s of ``size`` goals at once and a lone goal's TPOT, per max_batch.
+
+    Both nodes run side by side (one idles while the other serves) and take turns goal
+    by goal, so a drift of this shared VM's speed lands on both alike.
+    """
     from timebill_ros.cli.bench_robot import shipped_params
     from timebill_ros.ros.client import InstructClient, make_goal
     from timebill_ros.ros.process import NodeProcess
-    out = {}
-    for max_batch in (1, size):
-        ns = NAMESPACES.get(max_batch, f'/batch{max_batch}')
-        node = NodeProcess({**shipped_params(), 'max_batch': max_batch,
-                            'decode_threads': threads}, ready_timeout=900, namespace=ns)
-        client = InstructClient(f'{ns}/timebill/instruct', f'batch_bench_{max_batch}',
-                                f'{ns}/timebill/responses')
-        try:
-            client.wait_for_server(60)
-            goal = make_goal('Describe the route to the loading dock.', 120.0, mode=1,
-                             max_new_tokens=tokens)
+    sides, out = {}, {}
+    try:
+        for max_batch in (1, size):
+            ns = NAMESPACES.get(max_batch, f'/batch{max_batch}')
+            node = NodeProcess({**shipped_params(), 'max_batch': max_batch,
+                                'decode_threads': threads}, ready_timeout=900, namespace=ns)
+            sides[max_batch] = (node, InstructClient(f'{ns}/timebill/instruct',
+                                                     f'batch_bench_{max_batch}',
+                                                     f'{ns}/timebill/responses'))
+            sides[max_batch][1].wait_for_server(60)
+        goal = make_goal('Describe the route to the loading dock.', 120.0, mode=1,
+                         max_new_tokens=tokens)
+        lone = {max_batch: [] for max_batch in sides}
+        for max_batch, (_, client) in sides.items():
             client.ask(goal, 200)  # warm
-            lone = client.ask(goal, 200).result
-            start = time.monotonic()
-            runs = [client.send(make_goal(f'Describe route {i} to the loading dock.', 120.0,
-                                          mode=1, max_new_tokens=tokens))
-                    for i in range(size)]
-            results = [client.wait(run, 300).result for run in runs]
-            wall = time.monotonic() - start
-            out[max_batch] = {
-                'tokens_per_s': sum(r.tokens for r in results) / wall, 'wall_s': wall,
-                'answer_tokens': [r.tokens for r in results],
-                'lone_tpot_s': lone.decode_s / max(1, lone.tokens - 1)}
-        finally:
+        for _ in range(repeats):
+            for max_batch, (_, client) in sides.items():
+                result = client.ask(goal, 200).result
+                lone[max_batch].append(result.decode_s / max(1, result.tokens - 1))
+        walls = {max_batch: [] for max_batch in sides}
+        for _ in range(repeats):
+            for max_batch, (_, client) in sides.items():
+                start = time.monotonic()
+                runs = [client.send(make_goal(f'Describe route {i} to the loading dock.',
+                                              120.0, mode=1, max_new_tokens=tokens))
+                        for i in range(size)]
+                results = [client.wait(run, 300).result for run in runs]
+                walls[max_batch].append((time.monotonic() - start,
+                                         sum(r.tokens for r in results)))
+        for max_batch in sides:
+            wall = statistics.median(w for w, _ in walls[max_batch])
+            answer = statistics.median(n for _, n in walls[max_batch])
+            out[max_batch] = {'tokens_per_s': answer / wall, 'wall_s': wall,
+                              'answer_tokens': answer, 'runs': walls[max_batch],
+                              'lone_tpot_s': statistics.median(lone[max_batch]),
+                              'lone_tpot_runs_s': lone[max_batch]}
+    finally:
+        for node, client in sides.values():
             client.close()
             node.stop()
     return out
@@ -95,7 +117,10 @@ def main(argv=None) -> int:
     parser.add_argument('--size', type=int, default=4)
     parser.add_argument('--tokens', type=int, default=64)
     parser.add_argument('--steps', type=int, default=20)
-    parser.add_argument('--threads', type=int, default=1, help='decode threads (node default)')
+    parser.add_argument('--threads', type=int, default=-1,
+                        help="decode threads, as the node's decode_threads (-1: probed)")
+    parser.add_argument('--repeats', type=int, default=3,
+                        help='lone goals and bursts per node (medians are reported)')
     args = parser.parse_args(argv)
     from timebill_ros.cli.bench_eviction import machine
     from timebill_ros.ros.client import ensure_init
@@ -104,7 +129,7 @@ def main(argv=None) -> int:
     started = time.monotonic()
     steps = bound(list(range(1, args.size + 1)), args.steps, args.threads)
     ensure_init()
-    node = through_node(args.size, args.tokens, args.threads)
+    node = through_node(args.size, args.tokens, args.threads, args.repeats)
     report = {'date': datetime.date.today().isoformat(), 'machine': machine(),
               'command': 'python -m timebill_ros.cli.bench_batch '
                          + ' '.join(argv if argv is not None else sys.argv[1:]),
@@ -125,7 +150,8 @@ def main(argv=None) -> int:
               f"| max_batch {args.size} | {many['tokens_per_s']:.1f} | {many['wall_s']:.2f} | "
               f"{many['lone_tpot_s'] * 1e3:.1f} |", '',
               f"Speed-up {many['tokens_per_s'] / one['tokens_per_s']:.2f}x; lone-goal overhead "
-              f"{many['lone_tpot_s'] / one['lone_tpot_s']:.3f}x."]
+              f"{many['lone_tpot_s'] / one['lone_tpot_s']:.3f}x (medians of {args.repeats} "
+              'turns per node, the nodes taking turns).']
     (out / 'README.md').write_text('\n'.join(lines) + '\n', encoding='utf-8')
     print('\n'.join(lines))
     return 0
