@@ -13,6 +13,11 @@ from launch_ros.actions import LifecycleNode, Node
 def generate_launch_description():
     default_params = os.path.join(
         get_package_share_directory('timebill_ros'), 'config', 'timebill.yaml')
+    # The plain and the managed node differ only in the action class and --managed.
+    common = dict(package='timebill_ros', executable='timebill_node', name='timebill',
+                  namespace=LaunchConfiguration('namespace'),
+                  parameters=[LaunchConfiguration('params_file')], output='screen')
+    managed = LaunchConfiguration('managed')
     return LaunchDescription([
         DeclareLaunchArgument(
             'namespace', default_value='',
@@ -24,23 +29,6 @@ def generate_launch_description():
             'managed', default_value='false',
             description='true: run as a lifecycle (managed) node that loads the model on '
                         'configure and serves once activated; false: serve at start.'),
-        Node(
-            package='timebill_ros',
-            executable='timebill_node',
-            name='timebill',
-            namespace=LaunchConfiguration('namespace'),
-            parameters=[LaunchConfiguration('params_file')],
-            output='screen',
-            condition=UnlessCondition(LaunchConfiguration('managed')),
-        ),
-        LifecycleNode(
-            package='timebill_ros',
-            executable='timebill_node',
-            name='timebill',
-            namespace=LaunchConfiguration('namespace'),
-            parameters=[LaunchConfiguration('params_file')],
-            arguments=['--managed'],
-            output='screen',
-            condition=IfCondition(LaunchConfiguration('managed')),
-        ),
+        Node(**common, condition=UnlessCondition(managed)),
+        LifecycleNode(**common, arguments=['--managed'], condition=IfCondition(managed)),
     ])

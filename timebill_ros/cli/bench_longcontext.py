@@ -36,6 +36,7 @@ from timebill_ros.cli import bench_robot as robot
 from timebill_ros.cli.bench_eviction import machine
 from timebill_ros.cli.bench_timebill import budgets_from, kill_rows, skip_rows
 from timebill_ros.evaluation import metrics, plots, policies, tasks
+from timebill_ros.cli.common import stamped_log
 
 ROOT = Path(__file__).resolve().parents[2]
 ALPHAS = (0.25, 0.5, 0.75, 0.95)
@@ -222,8 +223,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     started = time.monotonic()
 
-    def log(message: str) -> None:
-        print(f'[{time.monotonic() - started:7.1f} s] {message}', flush=True)
+    log = stamped_log(started)
 
     os.environ.setdefault('ROS_DOMAIN_ID', str(random.randint(120, 200)))
     os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')

@@ -31,6 +31,7 @@ from timebill_ros.cli.bench_eviction import machine
 from timebill_ros.cli.bench_robot import (
     Bench, replay_kill, shipped_params, summarise, tier_budget, write_outputs)
 from timebill_ros.evaluation import metrics, robot_workload
+from timebill_ros.cli.common import stamped_log
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACES = {'noprec': '/prec_none', 'mixed': '/prec_mixed'}
@@ -134,8 +135,7 @@ def main(argv=None) -> int:
     refs = {r['item']: r['text'] for r in old['reference']}
     started = time.monotonic()
 
-    def log(message: str) -> None:
-        print(f'[{time.monotonic() - started:7.1f} s] {message}', flush=True)
+    log = stamped_log(started)
     ensure_init()
     robot.NAMESPACES.update(NAMESPACES)
     bench, new = Bench(log), {}

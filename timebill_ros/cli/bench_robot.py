@@ -43,6 +43,7 @@ import yaml
 
 from timebill_ros.cli.bench_eviction import machine
 from timebill_ros.evaluation import metrics, robot_workload
+from timebill_ros.cli.common import stamped_log
 
 ROOT = Path(__file__).resolve().parents[2]
 RELATIVE = (0.5, 0.75, 0.9, 1.0, 1.25, 1.5, 2.0)
@@ -300,8 +301,7 @@ def main(argv=None) -> int:
     by_id = {item.id: item for item in items}
     started = time.monotonic()
 
-    def log(message: str) -> None:
-        print(f'[{time.monotonic() - started:7.1f} s] {message}', flush=True)
+    log = stamped_log(started)
 
     ensure_init()
     bench = Bench(log)

@@ -41,6 +41,7 @@ from timebill_ros.cli.bench_eviction import machine
 from timebill_ros.cli.bench_robot import shipped_params, write_outputs
 from timebill_ros.core.workload import arrivals, MODES, POLICIES, WorkloadItem
 from timebill_ros.evaluation import robot_workload
+from timebill_ros.cli.common import stamped_log
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = '/sched'
@@ -217,8 +218,7 @@ def main(argv=None) -> int:
     items = rng.sample(items, min(args.items, len(items)))
     started = time.monotonic()
 
-    def log(message: str) -> None:
-        print(f'[{time.monotonic() - started:7.1f} s] {message}', flush=True)
+    log = stamped_log(started)
 
     reused = []
     if args.reuse:

@@ -50,6 +50,7 @@ import time
 
 from timebill_ros.cli.bench_eviction import machine
 from timebill_ros.evaluation import metrics, plots, policies, tasks
+from timebill_ros.cli.common import stamped_log
 
 ALPHAS = (0.25, 0.5, 0.75, 0.95)
 QUICK_ALPHAS = (0.5, 0.95)
@@ -351,8 +352,7 @@ def main(argv=None) -> int:
     if args.k_only:
         return k_only(args, out, ks)
 
-    def log(message: str) -> None:
-        print(f'[{time.monotonic() - started:7.1f} s] {message}', flush=True)
+    log = stamped_log(started)
 
     # Own DDS domain: the bench's nodes must not meet another graph on this machine.
     os.environ.setdefault('ROS_DOMAIN_ID', str(random.randint(120, 200)))

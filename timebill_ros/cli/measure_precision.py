@@ -27,6 +27,7 @@ import random
 import statistics
 import sys
 import time
+from timebill_ros.cli.common import stamped_log
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / 'timebill_ros' / 'data' / 'precision_kl.json'  # = core.precision.SHIPPED
@@ -142,8 +143,7 @@ def main(argv=None) -> int:
         measure_unit_kl, MixedModel, next_token_kl, reference_logp, time_apply, unit_times)
     started = time.monotonic()
 
-    def log(message: str) -> None:
-        print(f'[{time.monotonic() - started:7.1f} s] {message}', flush=True)
+    log = stamped_log(started)
     full = load_model(args.model)
     low = precision_variant(full, LOW)
     mixed = MixedModel(full, low)
