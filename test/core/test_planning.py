@@ -6,7 +6,7 @@ import pytest
 
 from timebill_ros.core.cuts import CutEffect, CutEffects
 from timebill_ros.core.length import LengthDistribution
-from timebill_ros.core.planning import MaxTokensPredictor, TimeBillPlanner
+from timebill_ros.core.planning import Fallback, MaxTokensPredictor, TimeBillPlanner
 from timebill_ros.core.request import Mode, OverrunPolicy, Rejection, Request
 from timebill_ros.core.timing import TimingModel
 
@@ -359,3 +359,15 @@ def test_a_goal_may_pin_its_precision():
     none = planner.plan(replace(req(Mode.NONE, max_new=128), precision='int8-dynamic'), 45,
                         30.0)
     assert none.precision == 'int8-dynamic'
+
+
+def test_a_fallback_shared_with_other_batches_switches_earlier():
+    alone = Fallback('int8-dynamic', tokens=40, full_step_s=0.05, step_s=0.03, expected=40)
+    # Batches step in turn: beside a float32 batch that stays (50 ms a step) each int8
+    # token costs 80 ms, and a full-precision round costs both batches' steps.
+    shared = alone.sharing(before_s=0.09, after_s=0.05)
+    assert (shared.full_step_s, shared.step_s) == (pytest.approx(0.09), pytest.approx(0.08))
+    assert alone.sharing(0.0, 0.0) == alone  # alone in one batch: the solo rule
+    # 30 tokens to come at index 8: 0.05 + 30 x 0.03 = 0.95 s alone, 0.09 + 30 x 0.08 shared.
+    assert not alone.due(8, 1.2) and shared.due(8, 1.2)
+    assert not shared.due(8, 2.6)

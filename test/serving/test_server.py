@@ -425,7 +425,7 @@ def test_decode_threads_are_probed_per_precision_and_a_profile_timed_otherwise_i
     assembly = Assembly(config, loaded, log)
     assert set(assembly.decode_threads) == {'float32', 'int8-dynamic'}
     assert all(n >= 1 for n in assembly.decode_threads.values())
-    assert sum('decode steps on a worker thread' in m for _, m in log.lines) == 2
+    assert sum(' decode steps: 1 thread(s)' in m for _, m in log.lines) == 2
     assembly.start()
     assert any('timed decode steps at 7 thread(s)' in m for _, m in log.lines)
     redone = Profile.load(path)

@@ -107,10 +107,10 @@ PARAMS = (
           "(timebill_ros/data/cut_effects.json, from timebill_ros.cli.measure_cuts), '' "
           '(cuts assumed harmless) or a path to such a JSON file.'),
     Param('decode_threads', -1, 'Intra-op CPU threads of the decode loop. -1: chosen per '
-          'precision at start by timing decode steps on a worker thread with 1 thread and '
+          'precision at start by timing decode steps with 1 thread and '
           "with torch's default (the fewest within 5 % of the fastest); 0: torch default; "
           'n: n threads. The best count depends on the CPU: int8 steps on one 2-core VM ran '
-          '19 ms on 1 thread and 30 ms on 2, on another 40 ms and 34 ms.', -1, 256),
+          '19 ms on 1 thread and 30 ms on 2, on another 39 ms and 24 ms.', -1, 256),
     Param('length_predictor_max_tokens', 256, 'Longest input the length predictor reads; '
           'longer prompts keep their first 32 and last tokens (bounds its cost).', 65, 8192),
     Param('length_predictor_in_prefill', True, "For heads on the target's own hidden states: "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import math
 from typing import Callable, Protocol
 
@@ -38,6 +38,17 @@ class Fallback:
     step_s: float
     margin: float = 0.0
     expected: int = 0
+
+    def sharing(self, before_s: float, after_s: float) -> 'Fallback':
+        """Return the rule for a goal whose batch shares rounds with other batches.
+
+        Batches of different precisions step in turn, so one token of this goal costs a
+        whole round: ``before_s`` is the round with it in the full-precision batch,
+        ``after_s`` the other batches' share of a round once it has moved (the
+        full-precision batch it leaves, if others stay, and the rest).
+        """
+        return replace(self, full_step_s=max(self.full_step_s, before_s),
+                       step_s=self.step_s + max(0.0, after_s))
 
     def due(self, index: int, remaining_s: float) -> bool:
         """Return True when decode step ``index`` (answer token index + 2) must switch."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 import platform
 import statistics
-import threading
 import time
 from typing import Callable, Sequence
 
@@ -137,44 +136,37 @@ def time_batch_steps(loaded: LoadedModel, max_batch: int, kv_lengths: Sequence[i
 
 def fastest_threads(loaded: LoadedModel, candidates: Sequence[int] | None = None,
                     steps: int = 12, margin: float = 0.05, keep: int | None = None) -> tuple:
-    """Time decode steps on a fresh thread per intra-op thread count; return (best, {n: s}).
+    """Time decode steps per intra-op thread count on this thread; return (best, {n: s}).
 
-    The serving worker is not the main thread, so the probe runs on a new one. Which
-    count wins depends on the CPU and the precision (on the AMD VM int8 steps ran 19 ms
-    on one thread and 30 ms on two; on the Intel VM 40 ms and 34 ms), hence a probe
-    instead of a constant. The choice is ``core.timing.fewest_threads`` (``keep``: the
-    count a stored profile was timed at).
+    Which count wins depends on the CPU and the precision (on the AMD VM int8 steps ran
+    19 ms on one thread and 30 ms on two; on the Intel VM 39 ms and 24 ms), hence a
+    probe instead of a constant. It runs on the calling thread, which already has an
+    OpenMP team: a probe on a new thread beside it would run with two teams, where
+    libgomp hardly spins and every multi-threaded op pays a wake-up (the serving worker
+    later has the only team; see ``runtime.model.on_own_thread``). The choice is
+    ``core.timing.fewest_threads`` (``keep``: the count a stored profile was timed at).
     """
     import torch
     from transformers import DynamicCache
     default = torch.get_num_threads()
     counts = sorted(set(candidates or (1, default)))
     times: dict = {}
-
-    def probe():
-        with torch.inference_mode():
-            cache = DynamicCache()
-            out = loaded.model(input_ids=_ids(loaded, 32, 5), past_key_values=cache,
-                               use_cache=True)
-            token = out.logits[:, -1:].argmax(-1)
-            for n in counts:
-                samples = []
-                with intra_op_threads(n):
-                    for j in range(steps + 2):
-                        t0 = time.monotonic()
-                        out = loaded.model(input_ids=token, past_key_values=cache,
-                                           use_cache=True)
-                        token = out.logits[:, -1:].argmax(-1)
-                        synchronize(loaded.device)
-                        if j >= 2:  # the first steps at a new count pay thread start-up
-                            samples.append(time.monotonic() - t0)
-                cache.crop(32)
-                times[n] = statistics.median(samples)
-    worker = threading.Thread(target=probe, name='timebill-thread-probe', daemon=True)
-    worker.start()
-    worker.join(300.0)
-    if worker.is_alive() or len(times) != len(counts):
-        raise RuntimeError('the decode thread probe did not finish')
+    with torch.inference_mode():
+        cache = DynamicCache()
+        out = loaded.model(input_ids=_ids(loaded, 32, 5), past_key_values=cache, use_cache=True)
+        token = out.logits[:, -1:].argmax(-1)
+        for n in counts:
+            samples = []
+            with intra_op_threads(n):
+                for j in range(steps + 2):
+                    t0 = time.monotonic()
+                    out = loaded.model(input_ids=token, past_key_values=cache, use_cache=True)
+                    token = out.logits[:, -1:].argmax(-1)
+                    synchronize(loaded.device)
+                    if j >= 2:  # the first steps at a new count pay thread start-up
+                        samples.append(time.monotonic() - t0)
+            cache.crop(32)
+            times[n] = statistics.median(samples)
     return fewest_threads(times, margin, keep), times
 
 

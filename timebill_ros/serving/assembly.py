@@ -103,7 +103,7 @@ class Assembly:
             with self.model_lock:
                 best, times = fastest_threads(loaded, keep=self._stored_threads(path, loaded))
             chosen[precision] = best
-            self.log.info(f'{precision} decode steps on a worker thread: ' + ', '.join(
+            self.log.info(f'{precision} decode steps: ' + ', '.join(
                 f'{n} thread(s) {t * 1e3:.1f} ms' for n, t in times.items()) +
                 f': decoding with {best}')
         return chosen

@@ -443,6 +443,7 @@ class Server:
         """
         pipeline, engine = self.pipeline, self.pipeline.engine
         lanes: dict = {}  # lane -> BatchDecoder
+        last_step: dict = {}  # lane -> its last step's seconds
         members: dict = {}
 
         def lane_batch(lane: tuple) -> BatchDecoder:
@@ -498,13 +499,24 @@ class Server:
             else:
                 self._done(job, run.finish(stats))
 
+        def shared(fallback):
+            # A token costs a whole round: time the rule on the lanes' last steps.
+            target = (fallback.precision,)
+            after = sum(last_step.get(lane, 0.0) for lane in lanes
+                        if lane not in (('',), target))
+            if len(lanes[('',)]) > 1:  # the full-precision batch goes on without it
+                after += last_step.get(('',), 0.0)
+            if target in lanes:  # joining makes that batch's step heavier, not lighter
+                after += max(0.0, last_step.get(target, 0.0) - fallback.step_s)
+            return fallback.sharing(sum(last_step.get(lane, 0.0) for lane in lanes), after)
+
         def switch_due() -> None:
             for key, member in list(members.items()):
                 fallback = member.run.plan.fallback
                 if member.lane != ('',) or fallback is None or member.stats.switched_at >= 0:
                     continue
                 index = member.stats.tokens - 1  # the last answer token streamed
-                if fallback.due(index, member.job.clock.remaining()):
+                if shared(fallback).due(index, member.job.clock.remaining()):
                     cache, token, position = lanes[('',)].take(key)
                     member.lane = (fallback.precision,)
                     lane_batch(member.lane).join(key, cache, token, position)
@@ -521,6 +533,7 @@ class Server:
             switch_due()
             for lane in [lane for lane, batch in lanes.items() if len(batch) == 0]:
                 del lanes[lane]
+                last_step.pop(lane, None)
             for lane, batch in list(lanes.items()):
                 if lane[0] == MIXED:
                     engine.mixed.apply(lane[1])  # the shell is shared by every mixed lane
@@ -536,6 +549,7 @@ class Server:
                     del lanes[lane]
                     continue
                 step_s = time.monotonic() - t
+                last_step[lane] = step_s
                 if pipeline.batch is not None and lane == ('',):
                     pipeline.batch.observe(size, total_kv, step_s)
                 peak = decoding()
