@@ -371,3 +371,23 @@ def test_a_fallback_shared_with_other_batches_switches_earlier():
     # 30 tokens to come at index 8: 0.05 + 30 x 0.03 = 0.95 s alone, 0.09 + 30 x 0.08 shared.
     assert not alone.due(8, 1.2) and shared.due(8, 1.2)
     assert not shared.due(8, 2.6)
+
+
+def test_no_switch_is_planned_to_a_precision_that_is_not_clearly_faster():
+    effects = CutEffects(precision={'int8-dynamic': CutEffect(1.0, 0.4)})
+    request = req(Mode.AUTO, max_new=128)
+
+    def planner(low, speedup):
+        return TimeBillPlanner(lambda: SHORT, Calibrated(40), min_cut_saving=0.05,
+                               precisions={'int8-dynamic': lambda: low}, effects=effects,
+                               min_switch_speedup=speedup)
+    # INT8 steps are 2.5x faster than SHORT's: a switch is planned up to that speed-up.
+    assert planner(INT8, 2.4).plan(request, 45, 3.0).fallback.precision == 'int8-dynamic'
+    plan = planner(INT8, 2.6).plan(request, 45, 3.0)
+    assert plan.fallback is None
+    # As on the Intel VM: int8 steps about as slow as float32's never earn a switch.
+    barely = TimingModel(SHORT.a, SHORT.b, SHORT.c, SHORT.p, SHORT.q / 1.2)
+    assert planner(barely, 1.5).plan(request, 45, 7.0).fallback is None
+    assert planner(barely, 1.0).plan(request, 45, 7.0).fallback.precision == 'int8-dynamic'
+    with pytest.raises(ValueError, match='min_switch_speedup'):
+        planner(INT8, 0.5)

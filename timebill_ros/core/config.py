@@ -129,6 +129,11 @@ PARAMS = (
           'used up (linear decay; equal to start = fixed threshold).', 0.01, 1.0),
     Param('tpot_jitter', 0.15, 'P99 over mean time per output token assumed by the per-token '
           'deadline schedulability check.', 0.0, 5.0),
+    Param('min_switch_speedup', 1.5, 'MODE_AUTO plans a switch to auto_precision mid-answer '
+          'only when its profiled decode step is at least this many times faster than the '
+          "full model's: a switch changes the rest of the answer, and on a CPU where int8 "
+          'is barely faster it lost goals the full model met (README, results/robot_intel).',
+          1.0, 100.0),
     Param('time_margin', 0.10, 'Fraction of the time left the planner keeps in reserve for '
           'estimation error.', 0.0, 0.5),
     Param('ete_window', 256, 'Timing samples kept for the online re-fit of the ETE.', 8, 100000),
@@ -172,6 +177,7 @@ class NodeConfig:
     plan_quantile: float = 0.9
     admit_probability: float = 0.001
     min_cut_saving: float = 0.05
+    min_switch_speedup: float = 1.5
     auto_early_exit: bool = False
     auto_precision: str = 'int8-dynamic'
     precision_mix: str = ''

@@ -240,7 +240,7 @@ class TimeBillPlanner:
                  plan_quantile: float = 0.9, admit_probability: float = 0.02,
                  min_cut_saving: float = 0.0, auto_early_exit: bool = True,
                  precisions: dict | None = None, effects: CutEffects | None = None,
-                 mix: MixConfig | None = None):
+                 mix: MixConfig | None = None, min_switch_speedup: float = 1.0):
         """Configure the planner; raise ValueError on bad settings.
 
         ``time_margin`` keeps that fraction of the time left in reserve for
@@ -253,8 +253,13 @@ class TimeBillPlanner:
         stays on the full model. ``effects`` holds each cut's measured answer-length
         factor and fidelity (core.cuts); without it cuts count as harmless. ``mix``
         lets MODE_AUTO lower single layers to ``mix.low`` (a key of ``precisions``),
-        chosen per goal by the knapsack DP of core.precision.
+        chosen per goal by the knapsack DP of core.precision. ``min_switch_speedup``:
+        a switch to a lower precision mid-answer is planned only when its decode step
+        is at least this many times faster than the full model's.
         """
+        if min_switch_speedup < 1.0:
+            raise ValueError(f'min_switch_speedup must be >= 1 (got {min_switch_speedup})')
+        self.min_switch_speedup = min_switch_speedup
         if not 0.0 <= time_margin < 1.0:
             raise ValueError(f'time_margin must be in [0, 1) (got {time_margin})')
         self.time_margin = time_margin
@@ -420,11 +425,14 @@ class TimeBillPlanner:
         ``low`` plans for, so the answer fits as often as ``low``'s (up to its planned
         length) while every token before the switch is the full model's. Fidelity:
         P(answer ends before the switch) x 1 + the rest x the low precision's.
-        Return None when the switch would come at once (the hybrid is ``low``).
+        Return None when the switch would come at once (the hybrid is ``low``), or when
+        the low precision's step is not ``min_switch_speedup`` times faster.
         """
         worst, precision = low.worst, low.cut.precision
         fast = self.precisions[precision]()
         if low.wcet > target:
+            return None
+        if not self._switch_pays(model, precision, n_x, worst):
             return None
 
         def wcet(switch: int) -> float:  # ``switch`` answer tokens at full precision
@@ -447,6 +455,16 @@ class TimeBillPlanner:
         quality = before + (1.0 - before) * low.quality
         return Option(Cut(low.cut.mode, low.cut.alpha, '', precision), worst, low.fits,
                       low.probability, quality, wcet(switch))
+
+    def _switch_pays(self, model: TimingModel, precision: str, n_x: int, worst: int) -> bool:
+        """Tell whether ``precision`` steps are ``min_switch_speedup`` times faster.
+
+        A switch changes the rest of the answer (int8 answers often run longer); it is
+        worth that only when it buys real time per token.
+        """
+        kv = n_x + worst / 2.0
+        return self.precisions[precision]().step(kv) * self.min_switch_speedup <= \
+            model.step(kv)
 
     def fallback_for(self, model: TimingModel, cut: Cut, n_x: int, worst: int,
                      expected: int = 0) -> Fallback:
@@ -610,9 +628,10 @@ class TimeBillPlanner:
             # step running longer than planned switches instead of missing.
             name = cut.fallback or next(iter(self.precisions))
             factor = self.effects.of_precision(name).length_factor
-            fallback = self.fallback_for(model, Cut(cut.mode, cut.alpha, '', name),
-                                         prompt_tokens, worst,
-                                         math.ceil(max(1, predicted) * factor))
+            if self._switch_pays(model, name, prompt_tokens, worst):
+                fallback = self.fallback_for(model, Cut(cut.mode, cut.alpha, '', name),
+                                             prompt_tokens, worst,
+                                             math.ceil(max(1, predicted) * factor))
         feasible = wcet <= target
         prefill = model.prefill(prompt_tokens)
         plan = Plan(

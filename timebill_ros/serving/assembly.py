@@ -391,7 +391,8 @@ class Assembly:
                                   config.admit_probability, config.min_cut_saving,
                                   config.auto_early_exit, precisions, self.effects,
                                   self._mix_from(profile) if self.config.auto_precision
-                                  in online_variants else None)
+                                  in online_variants else None,
+                                  min_switch_speedup=config.min_switch_speedup)
         modes = {Mode.AUTO, Mode.NONE, Mode.EVICTION}
         limits = config.limits(modes | {Mode.EARLY_EXIT} if early_exit is not None else modes,
                                frozenset(online_variants))
