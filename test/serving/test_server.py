@@ -435,3 +435,52 @@ def test_decode_threads_are_probed_per_precision_and_a_profile_timed_otherwise_i
     fixed = Assembly(replace(config, decode_threads=1, calibrate_on_start=False), loaded, Log())
     assert fixed.decode_threads == {'float32': 1, 'int8-dynamic': 1}
     assert fixed.engine().threads_for('int8-dynamic') == 1
+
+
+def test_a_goal_refused_in_its_prefill_runs_anyway_only_when_none_waits(
+        loaded, tmp_path, synthetic_profile):
+    import numpy as np
+    from timebill_ros.runtime.length_heads import LinearHead
+    # A head on the tiny model's layer-1 state that always predicts 256 tokens: 25.6 s
+    # at the profile's 100 ms a step, while admission (a 1-token answer) fits 2 s.
+    bias = np.zeros(17, np.float32)
+    bias[16] = 5.0
+    LinearHead(np.zeros((17, 64), np.float32), bias, np.zeros(64, np.float32),
+               np.ones(64, np.float32), 16, 256, 'L1-last', 'tiny-random'
+               ).save(tmp_path / 'head.npz')
+    synthetic_profile(step_s=0.1).save(tmp_path / 'tiny.yaml')
+
+    def goal(server, key):
+        return server.admit(GoalSpec('Describe the route to the loading dock.', budget_s=2.0,
+                                     mode=int(Mode.EVICTION), max_new_tokens=256), key)
+
+    def make(**params):
+        return synthetic_server(loaded, tmp_path / 'tiny.yaml', max_budget_s=120.0,
+                                length_predictor=str(tmp_path / 'head.npz'), **params)
+    server = make()
+    try:
+        with server.assembly.model_lock:
+            first = goal(server, 'first')
+            server.submit(first)
+            wait_executing(server)
+            second = goal(server, 'second')
+            server.submit(second)
+        wait_all([first, second])
+        # The first one's prefill had a goal waiting behind it: refused.
+        assert first.result.outcome == Outcome.REJECTED
+        assert 'predicted 256 answer tokens' in first.result.reason
+        # The second ran alone: best effort, killed at its deadline if late.
+        assert second.result.outcome in (Outcome.KILLED, Outcome.COMPLETED)
+        assert second.result.tokens >= 1
+        assert second.result.plan.note.startswith('best effort (Kill, no goal waiting)')
+        assert not second.result.plan.feasible and second.result.plan.predicted_tokens == 256
+    finally:
+        server.stop()
+    strict = make(idle_best_effort=False)
+    try:
+        alone = goal(strict, 'alone')
+        strict.submit(alone)
+        wait_all([alone])
+        assert alone.result.outcome == Outcome.REJECTED and alone.result.tokens == 0
+    finally:
+        strict.stop()

@@ -129,6 +129,10 @@ PARAMS = (
           'used up (linear decay; equal to start = fixed threshold).', 0.01, 1.0),
     Param('tpot_jitter', 0.15, 'P99 over mean time per output token assumed by the per-token '
           'deadline schedulability check.', 0.0, 5.0),
+    Param('idle_best_effort', True, 'A Kill goal whose plan, made during its prefill with '
+          'the length predicted there, has no chance still runs (killed at its deadline if '
+          'late) when no goal waits behind it: the prefill is spent and nobody waits, while '
+          'a refusal fails it for sure. false: refuse it (REJECTED) as before.'),
     Param('min_switch_speedup', 1.5, 'MODE_AUTO plans a switch to auto_precision mid-answer '
           'only when its profiled decode step is at least this many times faster than the '
           "full model's: a switch changes the rest of the answer, and on a CPU where int8 "
@@ -178,6 +182,7 @@ class NodeConfig:
     admit_probability: float = 0.001
     min_cut_saving: float = 0.05
     min_switch_speedup: float = 1.5
+    idle_best_effort: bool = True
     auto_early_exit: bool = False
     auto_precision: str = 'int8-dynamic'
     precision_mix: str = ''

@@ -17,7 +17,8 @@ from timebill_ros.core.execution import (
     ended_before_start, JobResult, JobRun, PrefillDecision, run_job, TokenEvent)
 from timebill_ros.core.planning import MIXED, Plan, TimeBillPlanner
 from timebill_ros.core.profile import Profile
-from timebill_ros.core.request import check_prompt_fits, Mode, Outcome, Rejection, validate
+from timebill_ros.core.request import (
+    check_prompt_fits, Mode, Outcome, OverrunPolicy, Rejection, validate)
 from timebill_ros.core.scheduling import make_scheduler, slot_starts
 from timebill_ros.core.telemetry import GoalRecord, Telemetry
 from timebill_ros.runtime.batch import BatchDecoder
@@ -400,9 +401,17 @@ class Server:
             predictor = self.predictor
 
             def plan_from(hidden) -> Plan:
-                plan = pipeline.planner.plan(request, n_prompt, left,
-                                             predictor.predict_from_hidden(hidden, request),
-                                             timing=timing)
+                try:
+                    plan = pipeline.planner.plan(request, n_prompt, left,
+                                                 predictor.predict_from_hidden(hidden, request),
+                                                 timing=timing)
+                except Rejection as exc:
+                    # Only alone: in a batch its steps would slow the running goals.
+                    if timing is not None or exc.plan is None or \
+                            not self._best_effort_now(request):
+                        raise
+                    plan = replace(exc.plan, note=f'best effort (Kill, no goal waiting): '
+                                                  f'{exc.reason}')
                 job.plan = plan  # admission now sees the predicted length of a running goal
                 return plan
             return job.plan, PrefillDecision(predictor.prefill_layer, plan_from)
@@ -413,6 +422,13 @@ class Server:
         except Rejection as exc:
             raise _Refused(f'after {job.clock.elapsed():.3f} s in queue: {exc.reason}',
                            job.plan) from None
+
+    def _best_effort_now(self, request) -> bool:
+        """Tell whether a goal refused in its prefill runs anyway (``idle_best_effort``)."""
+        if not self.config.idle_best_effort or request.policy != OverrunPolicy.KILL:
+            return False
+        with self._lock:
+            return len(self._queue) == 0
 
     def _run(self, job: Job, skip_reason: str) -> JobResult:
         if skip_reason:
