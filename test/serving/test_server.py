@@ -174,6 +174,13 @@ def profiled_server(loaded, tmp_path, make_profile, scheduler, **extra):
     return synthetic_server(loaded, tmp_path / 'tiny.yaml', scheduler, **extra)
 
 
+def hold_worker(server):
+    """Submit a 50-token goal (4.91 s by the ETE) and wait until the worker holds it."""
+    server.submit(server.admit(GoalSpec('Go.', budget_s=60.0, mode=int(Mode.AUTO),
+                                        max_new_tokens=50), 'long'))
+    wait_executing(server)
+
+
 def test_without_the_wait_check_a_goal_is_judged_on_an_idle_node_and_killed_if_late(
         loaded, tmp_path, synthetic_profile):
     server = profiled_server(loaded, tmp_path, synthetic_profile, 'edf',
@@ -181,9 +188,7 @@ def test_without_the_wait_check_a_goal_is_judged_on_an_idle_node_and_killed_if_l
     auto = int(Mode.AUTO)
     try:
         with server.assembly.model_lock:
-            server.submit(server.admit(GoalSpec('Go.', budget_s=60.0, mode=auto,
-                                                max_new_tokens=50), 'long'))
-            wait_executing(server)
+            hold_worker(server)
             # 2 s fits 5 tokens on an idle node: accepted although ~4.9 s of work is ahead.
             late = server.admit(GoalSpec('Go.', budget_s=2.0, mode=auto, max_new_tokens=5),
                                 'late')
@@ -208,10 +213,7 @@ def test_admission_counts_the_expected_wait_and_protects_accepted_goals(loaded, 
     auto = int(Mode.AUTO)
     try:
         with server.assembly.model_lock:
-            # 50 tokens: 4.91 s by the ETE; it holds the worker.
-            server.submit(server.admit(GoalSpec('Go.', budget_s=60.0, mode=auto,
-                                                max_new_tokens=50), 'long'))
-            wait_executing(server)
+            hold_worker(server)
             # 2 s cannot wait ~4.9 s: refused, with the wait in the reason.
             with pytest.raises(Rejection, match=r'after an expected 4\.\d+ s wait behind 1'):
                 server.submit(server.admit(GoalSpec('Go.', budget_s=2.0, mode=auto,
