@@ -1,7 +1,7 @@
 """Kill / Skip-Next rules and deadline_met, on an injected clock."""
 
 from timebill_ros.core.deadline import (
-    after_token, DeadlineClock, finished_outcome, SkipNextTracker, Step)
+    after_token, closes_batch, DeadlineClock, finished_outcome, SkipNextTracker, Step)
 from timebill_ros.core.request import Outcome, OverrunPolicy
 
 
@@ -55,3 +55,8 @@ def test_skip_next_arms_only_on_late_skip_next_goal_with_one_waiting():
     tracker.record(OverrunPolicy.SKIP_NEXT, Outcome.COMPLETED, False, 'a', queued=2)
     assert 'a overran' in tracker.take()
     assert tracker.take() == ''  # only the next goal is skipped
+
+
+def test_only_skip_next_closes_a_batch():
+    assert closes_batch(OverrunPolicy.SKIP_NEXT)
+    assert not closes_batch(OverrunPolicy.KILL)

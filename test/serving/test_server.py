@@ -329,6 +329,69 @@ def test_admission_plans_a_goal_on_the_steps_of_the_batch_it_joins(loaded, tmp_p
         server.stop(timeout_s=30.0)
 
 
+def test_under_batching_a_skip_next_goal_decodes_alone_and_skips_the_next(loaded):
+    config = NodeConfig.from_dict({
+        'model': 'tiny-random', 'calibrate_on_start': False, 'warm_up': False,
+        'length_predictor': 'max-new-tokens', 'auto_precision': '', 'max_batch': 4})
+    server = Server(Assembly(config, loaded, Log()), lambda *args: None)
+    try:
+        with server.assembly.model_lock:
+            over = server.admit(spec(budget=0.05, tokens=200,
+                                     policy=OverrunPolicy.SKIP_NEXT), 'overrun')
+            server.submit(over)
+            wait_executing(server)
+            # Queued before it starts; under Kill both would join it at once.
+            after = [server.admit(spec(budget=60.0, tokens=4), f'next{i}') for i in range(2)]
+            for job in after:
+                server.submit(job)
+        wait_all([over, *after])
+        assert over.result.outcome == Outcome.COMPLETED and not over.result.deadline_met
+        assert over.result.batch_peak == 1
+        assert after[0].result.outcome == Outcome.SKIPPED
+        assert 'overrun' in after[0].result.reason and 'Skip-Next' in after[0].result.reason
+        assert after[1].result.outcome == Outcome.COMPLETED
+        # Kill goals still batch: a Kill goal sent the same way joins the running one.
+        with server.assembly.model_lock:
+            long = server.admit(spec(budget=60.0, tokens=200), 'long')
+            server.submit(long)
+            wait_executing(server)
+            joins = server.admit(spec(budget=60.0, tokens=4), 'joins')
+            server.submit(joins)
+        wait_all([long, joins])
+        assert joins.result.outcome == Outcome.COMPLETED and joins.result.batch_peak == 2
+    finally:
+        server.stop(timeout_s=30.0)
+
+
+def test_admission_waits_out_a_running_skip_next_goal_before_any_join(loaded, tmp_path,
+                                                                      synthetic_profile):
+    server = batch_server(loaded, tmp_path, synthetic_profile)
+    auto = int(Mode.AUTO)
+    try:
+        with server.assembly.model_lock:
+            # 50 tokens alone: 4.91 s by the ETE, and no goal may join before it ends.
+            server.submit(server.admit(GoalSpec('Go.', budget_s=60.0, mode=auto,
+                                                max_new_tokens=50, overrun_policy=int(
+                                                    OverrunPolicy.SKIP_NEXT)), 'skip'))
+            wait_executing(server)
+            with pytest.raises(Rejection, match=r'after an expected 4\.\d+ s wait'):
+                server.submit(server.admit(GoalSpec('Go.', budget_s=3.0, mode=auto,
+                                                    max_new_tokens=20), 'tight'))
+            # Behind a Kill goal the same goal joins a free slot at once (0.01 + 19 x 0.12).
+    finally:
+        server.stop(timeout_s=30.0)
+    server = batch_server(loaded, tmp_path, synthetic_profile)
+    try:
+        with server.assembly.model_lock:
+            hold_worker(server)
+            fits = server.admit(GoalSpec('Go.', budget_s=3.0, mode=auto, max_new_tokens=20),
+                                'fits')
+            server.submit(fits)
+            assert fits.plan.est_wcet_s == pytest.approx(0.01 + 19 * 0.12)
+    finally:
+        server.stop(timeout_s=30.0)
+
+
 def test_a_profile_without_batched_steps_gets_them_measured_and_saved(loaded, tmp_path,
                                                                       synthetic_profile):
     from timebill_ros.core.profile import Profile

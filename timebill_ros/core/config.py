@@ -49,7 +49,8 @@ PARAMS = (
           'served in time (results/sched).'),
     Param('max_batch', 1, 'Goals decoded together (joining at token boundaries), one batch '
           'per precision stepped in turn; 1 decodes one goal at a time. Early-exit goals '
-          'decode alone.', 1, 64),
+          'decode alone; while a Skip-Next goal decodes no goal joins, so the goal '
+          'dispatched after it is the one it skips.', 1, 64),
     Param('qos_depth', 1000, 'History depth of the action services (goal, result, cancel), '
           'feedback and the instruction/response topics: requests in a burst beyond it are '
           'dropped by DDS. Clients should use the same depth (ros/qos.py).', 10, 100000),

@@ -79,6 +79,16 @@ def finished_outcome(step: Step, finished_at: float, clock: DeadlineClock) -> tu
     return Outcome.COMPLETED, finished_at <= clock.deadline
 
 
+def closes_batch(policy: OverrunPolicy) -> bool:
+    """Tell whether a goal under ``policy`` lets no other goal join its batch.
+
+    Skip-Next charges an overrun to the goal dispatched next. Under batching that goal
+    would join beside it and never be "next", so while a Skip-Next goal decodes no goal
+    joins; those waiting are dispatched when it ends, the first skipped if it overran.
+    """
+    return policy == OverrunPolicy.SKIP_NEXT
+
+
 class SkipNextTracker:
     """Remember that a Skip-Next goal overran, so the next queued goal is skipped."""
 

@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Callable
 
-from timebill_ros.core.deadline import DeadlineClock, SkipNextTracker
+from timebill_ros.core.deadline import closes_batch, DeadlineClock, SkipNextTracker
 from timebill_ros.core.execution import (
     ended_before_start, JobResult, JobRun, PrefillDecision, run_job, TokenEvent)
 from timebill_ros.core.planning import MIXED, Plan, TimeBillPlanner
@@ -259,7 +259,8 @@ class Server:
         allow. Refused when that plan refuses it; when joining (its prefill stalls the
         batch, and every step gets a member heavier) would push a running goal that is
         expected to make its deadline past it; or when, overtaking, it would delay a
-        queued goal past its deadline.
+        queued goal past its deadline. A running Skip-Next goal holds every slot until it
+        ends (``closes_batch``); one still queued is counted as one slot.
         """
         size, now = self.config.max_batch, time.monotonic()
         running = list(self._running.values())
@@ -274,6 +275,11 @@ class Server:
             if running else timing
         left = [max(0.0, self._expected_s(other, current) - (now - since))
                 for other, since in running][:size]
+        closing = [rest for (other, _), rest in zip(running, left)
+                   if closes_batch(other.request.policy)]
+        if closing:  # a running Skip-Next goal: no slot frees before it ends
+            left = [max(rest, closing[0]) for rest in left] + \
+                [closing[0]] * (size - len(left))
         queued = [self._expected_s(other, timing) for other in waiting]
         wait = slot_starts(left, size, [*queued, 0.0])[-1]
         if wait > 0.0 or batch > 1:
@@ -454,8 +460,9 @@ class Server:
         own); each round steps every batch once, so every goal gets a token per round
         and its Kill, cancel and feedback act at its own token boundaries. A goal whose
         fallback rule says switch moves, cache and all, to the low-precision batch.
-        Rule: an early-exit goal (layer by layer, its own exits) decodes alone at once
-        while the batches wait.
+        Rules: an early-exit goal (layer by layer, its own exits) decodes alone at once
+        while the batches wait; while a Skip-Next goal decodes, no goal joins
+        (``closes_batch``), so the goal dispatched after it is the one it may skip.
         """
         pipeline, engine = self.pipeline, self.pipeline.engine
         lanes: dict = {}  # lane -> BatchDecoder
@@ -539,9 +546,12 @@ class Server:
                     member.stats.switched_at, member.stats.switched_to = \
                         index, fallback.precision
 
+        def closed() -> bool:
+            return any(closes_batch(m.job.request.policy) for m in members.values())
+
         admit(first, '')
         while members:
-            while decoding() < self.config.max_batch:
+            while decoding() < self.config.max_batch and not closed():
                 taken = self._take(block=False)
                 if taken is None:
                     break
