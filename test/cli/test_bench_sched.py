@@ -17,6 +17,10 @@ def test_workload_has_the_load_and_budgets_it_says():
     burst = workload(items, full, (1.5,), 'burst', 1.0, seed=1)
     assert [w.arrival_s for w in burst[:5]] == [0.0, 0.0, 0.0, 0.0, pytest.approx(8.0)]
     assert len({w.id for w in burst}) == 10
+    # More goals than items: drawn again from the same items, each goal its own id.
+    more = workload(items, full, (1.5,), 'poisson', 1.0, seed=1, goals=25)
+    assert len(more) == 25 and len({w.id for w in more}) == 25
+    assert {w.instruction for w in more} <= {item.instruction for item in items}
 
 
 def test_summary_counts_lost_and_rejected_goals():

@@ -48,23 +48,26 @@ NAMESPACE = '/sched'
 SCHEDULERS = ('fifo', 'edf', 'svf', 'svf-1bit')
 ADMIT_ALL = 'edf-admit-all'
 # Strategy name -> node parameters over the shipped configuration.
-STRATEGIES = {**{name: {'scheduler': name} for name in SCHEDULERS},
+# Each strategy names its max_batch: the shipped YAML's may differ.
+STRATEGIES = {**{name: {'scheduler': name, 'max_batch': 1} for name in SCHEDULERS},
               'edf+batch4': {'scheduler': 'edf', 'max_batch': 4},
-              'edf, no wait check': {'scheduler': 'edf', 'queue_aware_admission': False},
+              'edf, no wait check': {'scheduler': 'edf', 'queue_aware_admission': False,
+                                     'max_batch': 1},
               'edf+batch4, admit-all': {'scheduler': 'edf', 'max_batch': 4,
                                         'queue_aware_admission': False,
                                         'admit_probability': 0.0},
               ADMIT_ALL: {'scheduler': 'edf', 'queue_aware_admission': False,
-                          'admit_probability': 0.0}}
+                          'admit_probability': 0.0, 'max_batch': 1}}
 PATTERNS = ('periodic', 'poisson', 'burst')
 BURST_SIZE = 4
 
 
 def workload(items: list, full_s: dict, factors: tuple, pattern: str, load: float,
-             seed: int) -> list:
-    """Return the WorkloadItems of one run: items in a seeded order, arrivals at ``load``."""
+             seed: int, goals: int = 0) -> list:
+    """Return the WorkloadItems of one run: ``goals`` (default: as many as items) drawn
+    from ``items`` in a seeded order, arrivals at ``load``."""
     rng = random.Random(seed)
-    chosen = [rng.choice(items) for _ in range(len(items))]
+    chosen = [rng.choice(items) for _ in range(goals or len(items))]
     mean_s = statistics.fmean(full_s[item.id] for item in chosen)
     rate = load / mean_s
     times = arrivals(pattern, len(chosen), period_s=BURST_SIZE / rate if pattern == 'burst'
@@ -119,8 +122,9 @@ def markdown(report: dict) -> str:
     workloads = sorted({(r['pattern'], r['load']) for r in runs})
     strategies = [name for name in STRATEGIES if any(strategy_of(r) == name for r in runs)]
     lines = [f"# Scheduling through the node ({report['date']})", '',
-             f"`{report['command']}` on {report['machine']}; {report['items']} held-out robot "
-             f"items per run, budgets {report['factors']} x each item's full-model time, "
+             f"`{report['command']}` on {report['machine']}; "
+             f"{report.get('goals', report['items'])} goals per run drawn from "
+             f"{report['items']} held-out robot items, budgets {report['factors']} x each item's full-model time, "
              f"MODE_AUTO, Kill; {report['minutes']:.1f} min"
              + (f" (runs reused from {report['reused_from']})" if report.get('reused_from')
                 else '') + '.', '',
@@ -198,7 +202,10 @@ def main(argv=None) -> int:
                         'factors: all its runs are kept, and only runs it lacks replay')
     parser.add_argument('--patterns', nargs='+', default=list(PATTERNS), choices=PATTERNS)
     parser.add_argument('--loads', nargs='+', type=float, default=[0.8, 1.5, 2.5])
-    parser.add_argument('--items', type=int, default=30, help='goals per run')
+    parser.add_argument('--items', type=int, default=30,
+                        help='distinct held-out items (at most those in --reference)')
+    parser.add_argument('--goals', type=int, default=0,
+                        help='goals per run, drawn from the items (0: as many as items)')
     parser.add_argument('--factors', nargs='+', type=float, default=[1.5, 3.0, 6.0],
                         help="budgets as multiples of each item's full-model time, cycled")
     parser.add_argument('--seed', type=int, default=11)
@@ -224,8 +231,9 @@ def main(argv=None) -> int:
     if args.reuse:
         with open(args.reuse, encoding='utf-8') as handle:
             earlier = json.load(handle)
-        if (earlier['items'], earlier['factors'], earlier['seed']) == \
-                (len(items), args.factors, args.seed):
+        if (earlier['items'], earlier.get('goals', earlier['items']), earlier['factors'],
+                earlier['seed']) == (len(items), args.goals or len(items), args.factors,
+                                     args.seed):
             reused = earlier['runs']  # all kept in the report; only missing runs replay
         else:
             log(f'{args.reuse} ran other items, factors or seed: nothing reused')
@@ -242,7 +250,8 @@ def main(argv=None) -> int:
                            namespace=NAMESPACE)
         try:
             for pattern, load in todo:
-                work = workload(items, full_s, tuple(args.factors), pattern, load, args.seed)
+                work = workload(items, full_s, tuple(args.factors), pattern, load, args.seed,
+                                args.goals)
                 slug = name.replace(', ', '-').replace(' ', '-')
                 folder = out / 'runs' / f'{slug}-{pattern}-{load:g}'
                 shutil.rmtree(folder, ignore_errors=True)
@@ -265,7 +274,8 @@ def main(argv=None) -> int:
     report = {'date': datetime.date.today().isoformat(), 'machine': machine(),
               'command': 'python -m timebill_ros.cli.bench_sched '
                          + ' '.join(argv if argv is not None else sys.argv[1:]),
-              'items': len(items), 'factors': args.factors, 'seed': args.seed,
+              'items': len(items), 'goals': args.goals or len(items),
+              'factors': args.factors, 'seed': args.seed,
               'minutes': (time.monotonic() - started) / 60, 'runs': runs,
               'reused_from': args.reuse if reused else ''}
     write_outputs(out, report, markdown, plot)
