@@ -124,7 +124,8 @@ def markdown(report: dict) -> str:
     lines = [f"# Scheduling through the node ({report['date']})", '',
              f"`{report['command']}` on {report['machine']}; "
              f"{report.get('goals', report['items'])} goals per run drawn from "
-             f"{report['items']} held-out robot items, budgets {report['factors']} x each item's full-model time, "
+             f"{report['items']} held-out robot items, budgets {report['factors']} x each "
+             "item's full-model time, "
              f"MODE_AUTO, Kill; {report['minutes']:.1f} min"
              + (f" (runs reused from {report['reused_from']})" if report.get('reused_from')
                 else '') + '.', '',
