@@ -64,8 +64,10 @@ BURST_SIZE = 4
 
 def workload(items: list, full_s: dict, factors: tuple, pattern: str, load: float,
              seed: int, goals: int = 0) -> list:
-    """Return the WorkloadItems of one run: ``goals`` (default: as many as items) drawn
-    from ``items`` in a seeded order, arrivals at ``load``."""
+    """Return the WorkloadItems of one run, arrivals at ``load``.
+
+    ``goals`` (default: as many as items) are drawn from ``items`` in a seeded order.
+    """
     rng = random.Random(seed)
     chosen = [rng.choice(items) for _ in range(goals or len(items))]
     mean_s = statistics.fmean(full_s[item.id] for item in chosen)
