@@ -84,3 +84,22 @@ def test_a_sequence_taken_out_continues_in_another_batch_as_it_would_alone(tiny)
     while len(got) < 14:
         got.append(second.step()['short'])
     assert got == want
+
+
+def test_a_float32_cache_joins_a_16_bit_batch_cast_to_its_precision(tiny):
+    from timebill_ros.runtime.model import precision_variant
+    variant = precision_variant(tiny, 'bfloat16')
+    engine = Engine(tiny, variants={'bfloat16': variant})
+    ids = {k: prompt_ids(tiny.tokenizer, v) for k, v in PROMPTS.items() if k != 'long'}
+    want = {k: solo(engine, ids[k], 8, Plan(precision='bfloat16')) for k in ids}
+    batch = BatchDecoder(variant.model)
+    got = {}
+    for key in ids:
+        cache, first, _ = engine.prefill(ids[key], Plan(precision='bfloat16'))
+        got[key] = [first]
+        batch.join(key, cache, first, len(ids[key]))  # a float32 prefill's cache
+    while len(got['short']) < 8:
+        for key, token in batch.step().items():
+            got[key].append(token)
+    for key in ids:
+        assert got[key] == want[key], key

@@ -112,6 +112,53 @@ def test_a_resident_int8_copy_runs_the_decode_steps_of_plans_asking_for_it(tiny)
         precision_variant(variant, 'int8-dynamic')  # only float32 -> int8
 
 
+def test_a_16_bit_copy_decodes_on_a_cast_cache_as_a_model_built_at_16_bit(tiny):
+    from transformers import DynamicCache
+    variant = precision_variant(tiny, 'bfloat16')
+    built = load_model('tiny-random', dtype='bfloat16')
+    # A cast copy holds exactly the weights of the model loaded at bfloat16.
+    mine, theirs = variant.model.state_dict(), built.model.state_dict()
+    assert all(torch.equal(mine[k], theirs[k]) for k in theirs)
+    assert next(tiny.model.parameters()).dtype == torch.float32  # the original is untouched
+    engine = Engine(tiny, variants={'bfloat16': variant})
+    ids = prompt_ids(tiny.tokenizer, 'Report the battery level.')
+
+    def reference(switch_at):
+        # float32 prefill, and the steps from ``switch_at`` on by the bfloat16 model,
+        # its cache cast once.
+        tokens, cache = [], DynamicCache()
+        with torch.inference_mode():
+            out = tiny.model(input_ids=torch.tensor([ids]), past_key_values=cache,
+                             use_cache=True)
+            for index in range(6):
+                token = int(out.logits[0, -1].argmax())
+                tokens.append(token)
+                model = tiny.model
+                if index >= switch_at:
+                    model = built.model
+                    for layer in cache.layers:
+                        layer.keys, layer.values = (layer.keys.to(torch.bfloat16),
+                                                    layer.values.to(torch.bfloat16))
+                out = model(input_ids=torch.tensor([[token]]), past_key_values=cache,
+                            position_ids=torch.tensor([[len(ids) + index]]), use_cache=True)
+        return tokens
+    got = []
+    engine.generate(ids, 6, Plan(precision='bfloat16'),
+                    lambda event: got.append(event.token_id) or True)
+    assert got == reference(0)
+    got = []
+    stats = engine.generate(ids, 6, Plan(), lambda event: got.append(event.token_id) or True,
+                            switch=lambda i: 'bfloat16' if i >= 2 else '')
+    assert stats.switched_to == 'bfloat16' and got == reference(2)
+
+
+def test_16_bit_variants_say_where_they_run(tiny):
+    with pytest.raises(ModelLoadError, match='float16 decoding runs on CUDA'):
+        precision_variant(tiny, 'float16')
+    with pytest.raises(ModelLoadError, match='from a float32 model'):
+        precision_variant(precision_variant(tiny, 'bfloat16'), 'bfloat16')
+
+
 def test_each_precision_decodes_with_its_own_thread_count(tiny):
     variant = precision_variant(tiny, 'int8-dynamic')
     engine = Engine(tiny, variants={'int8-dynamic': variant},

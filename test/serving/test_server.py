@@ -6,9 +6,10 @@ import threading
 import pytest
 
 from timebill_ros.core.config import NodeConfig
+from timebill_ros.core.planning import Plan
 from timebill_ros.core.profile import Profile
 from timebill_ros.core.request import GoalSpec, Mode, Outcome, OverrunPolicy, Rejection
-from timebill_ros.runtime.model import load_model
+from timebill_ros.runtime.model import load_model, prompt_ids
 from timebill_ros.serving.assembly import Assembly
 from timebill_ros.serving.jobs import JobHooks
 from timebill_ros.serving.server import Server
@@ -549,3 +550,20 @@ def test_a_goal_refused_in_its_prefill_runs_anyway_only_when_none_waits(
         assert alone.result.outcome == Outcome.REJECTED and alone.result.tokens == 0
     finally:
         strict.stop()
+
+
+def test_a_16_bit_auto_precision_copy_is_resident_and_takes_no_per_layer_mix(loaded):
+    config = NodeConfig.from_dict({
+        'model': 'tiny-random', 'calibrate_on_start': False, 'warm_up': False,
+        'length_predictor': 'max-new-tokens', 'auto_precision': 'bfloat16',
+        'precision_mix': 'shipped'})
+    log = Log()
+    assembly = Assembly(config, loaded, log)
+    assert set(assembly.variants) == {'bfloat16'} and assembly.mixed is None
+    assert any('precision_mix needs auto_precision int8-dynamic' in line
+               for _, line in log.lines)
+    tokens = []
+    stats = assembly.engine().generate(prompt_ids(loaded.tokenizer, 'Stop or go?'), 4,
+                                       Plan(precision='bfloat16'),
+                                       lambda event: tokens.append(event.token_id) or True)
+    assert stats.tokens == len(tokens) > 0

@@ -95,8 +95,10 @@ PARAMS = (
           'less than the profile says (README, results/robot).'),
     Param('auto_precision', 'int8-dynamic', "A lower precision MODE_AUTO may decode at when "
           "the full model's answer is unlikely to fit: 'int8-dynamic' keeps an int8 copy of "
-          "a float32 CPU model resident (prefill stays float32); '' disables it.",
-          choices=('', 'int8-dynamic')),
+          "a float32 CPU model resident, 'bfloat16' (CPU or CUDA) or 'float16' (CUDA) a "
+          "16-bit copy whose KV cache is cast at the switch; prefill stays float32. MODE_AUTO "
+          "plans it only where its profiled step is min_switch_speedup faster; '' disables "
+          'it.', choices=('', 'int8-dynamic', 'bfloat16', 'float16')),
     Param('precision_mix', '', "Per-layer mixed precision for MODE_AUTO: the measured KL "
           "of lowering each layer and the LM head to auto_precision, from which a knapsack "
           "DP picks per goal the least-KL set of lowered layers that meets the deadline: "

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from timebill_ros.runtime.model import match_cache
+
 
 @dataclass
 class _Member:
@@ -46,7 +48,7 @@ class BatchDecoder:
         """Add a sequence: its batch-1 DynamicCache, the token to feed next and its position."""
         import torch
         from transformers import DynamicCache
-        layers = [(layer.keys, layer.values) for layer in cache.layers]
+        layers = [(layer.keys, layer.values) for layer in match_cache(cache, self.model).layers]
         length = layers[0][0].shape[2]
         mask = torch.ones((1, length), dtype=torch.long, device=self.device)
         if self._cache is None:

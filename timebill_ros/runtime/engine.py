@@ -9,7 +9,7 @@ from typing import Callable, Sequence
 from timebill_ros.core.execution import GenerationStats, PrefillDecision, TokenEvent
 from timebill_ros.core.planning import MIXED, Plan
 from timebill_ros.core.request import Mode
-from timebill_ros.runtime.model import intra_op_threads, LoadedModel, synchronize
+from timebill_ros.runtime.model import intra_op_threads, LoadedModel, match_cache, synchronize
 
 
 class StreamDecoder:
@@ -181,8 +181,11 @@ class Engine:
         plan = stats.plan
         layerwise = self.exit_decoder if plan.mode == Mode.EARLY_EXIT else None
         decoder = StreamDecoder(self.loaded.tokenizer, self.loaded.tokenizer_lock)
+        model = self.decode_model(plan)
+        if layerwise is None:
+            match_cache(cache, model)
         with intra_op_threads(self.threads_for(plan.precision)):
-            return self._decode(self.decode_model(plan), layerwise, next_id, cache, n_prompt,
+            return self._decode(model, layerwise, next_id, cache, n_prompt,
                                 max_new_tokens, on_token, token_budget, stats, decoder,
                                 switch)
 
@@ -211,6 +214,7 @@ class Engine:
                     to = switch(index)
                     if to in self.variants:
                         model = self.variants[to].model
+                        match_cache(cache, model)
                         stats.switched_at, stats.switched_to = index, to
                         torch.set_num_threads(self.threads_for(to) or torch.get_num_threads())
                 t = self.clock()

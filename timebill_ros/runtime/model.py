@@ -216,18 +216,46 @@ def quantize_int8_dynamic(model):
 def precision_variant(loaded: LoadedModel, dtype: str) -> LoadedModel:
     """Return a copy of ``loaded`` at another precision, sharing its tokenizer (and lock).
 
-    Only float32 -> int8-dynamic on the CPU is supported: the copy is quantised once at
-    start, so switching a goal to it is a reference swap, not a re-quantisation.
+    From a float32 model: 'int8-dynamic' (CPU only; every Linear quantised once at
+    start), 'bfloat16' (CPU or CUDA) and 'float16' (CUDA only: CPU float16 kernels are
+    slow), cast once. Switching a goal to the copy is then a reference swap; its KV
+    cache is cast at the switch (``match_cache``).
     """
     import copy
-    if dtype != 'int8-dynamic' or loaded.dtype != 'float32' or loaded.device != 'cpu':
-        raise ModelLoadError(f'no {dtype} variant of a {loaded.dtype} model on '
-                             f'{loaded.device} (only float32 -> int8-dynamic on the CPU)')
-    model = quantize_int8_dynamic(copy.deepcopy(loaded.model)).eval()
+    import torch
+    if loaded.dtype != 'float32':
+        raise ModelLoadError(f'no {dtype} variant of a {loaded.dtype} model: variants are '
+                             'built from a float32 model')
+    if dtype == 'int8-dynamic':
+        if loaded.device != 'cpu':
+            raise ModelLoadError(f'int8-dynamic runs on the CPU only, not {loaded.device}')
+        model = quantize_int8_dynamic(copy.deepcopy(loaded.model)).eval()
+    elif dtype in ('bfloat16', 'float16'):
+        if dtype == 'float16' and not loaded.device.startswith('cuda'):
+            raise ModelLoadError('float16 decoding runs on CUDA only (use bfloat16 on a CPU)')
+        model = copy.deepcopy(loaded.model).to(getattr(torch, dtype)).eval()
+    else:
+        raise ModelLoadError(f'no {dtype} variant (int8-dynamic, bfloat16, float16)')
     return LoadedModel(model=model, tokenizer=loaded.tokenizer, name=loaded.name,
                        device=loaded.device, dtype=dtype,
                        context_window=loaded.context_window, num_layers=loaded.num_layers,
                        eos_ids=loaded.eos_ids, tokenizer_lock=loaded.tokenizer_lock)
+
+
+def match_cache(cache, model):
+    """Cast ``cache`` in place to the dtype ``model`` computes in; return it.
+
+    A float32 prefill's cache serves an int8-dynamic copy as it is (its activations stay
+    float32); a 16-bit copy needs its keys and values in 16 bits.
+    """
+    dtype = model.get_input_embeddings().weight.dtype
+    for layer in cache.layers:
+        keys = getattr(layer, 'keys', None)
+        if keys is not None and keys.dtype != dtype and keys.is_floating_point():
+            layer.keys, layer.values = keys.to(dtype), layer.values.to(dtype)
+            if hasattr(layer, 'dtype'):
+                layer.dtype = dtype
+    return cache
 
 
 def synchronize(device: str) -> None:

@@ -201,6 +201,12 @@ class Assembly:
             self.log.warning(f'precision_mix needs a resident auto_precision copy '
                              f'({low!r} is not loaded): whole-model precision only')
             return None, None
+        if low != 'int8-dynamic':
+            # Layers of two dtypes would hand each other mismatched hidden states.
+            self.log.warning(f'precision_mix needs auto_precision int8-dynamic (its '
+                             f'activations stay float32), not {low!r}: whole-model '
+                             'precision only')
+            return None, None
         path = SHIPPED_PRECISION_KL if choice == 'shipped' else Path(choice)
         table = UnitKL.load(path)  # ValueError: a broken file is a configuration error
         try:

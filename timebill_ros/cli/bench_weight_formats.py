@@ -1,0 +1,114 @@
+"""Decode-step and prefill time of the embedded model per weight format, on this machine.
+
+``python -m timebill_ros.cli.bench_weight_formats`` builds, from the float32 model:
+the int8-dynamic copy the node keeps resident (torch.ao, per-channel scales), a
+bfloat16 cast, and, when torchao is importable, torchao's int8 weight-only and int8
+dynamic-activation formats (eager, no torch.compile: the node does not compile). It
+times the median decode step at two KV lengths and a prefill, format after format in
+rounds so a drift of the machine's speed lands on all. It is the measurement behind the
+choice of the int8 library and of the decode precisions (README, "Precision").
+Outputs: results/weight_formats.{md,json}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import json
+from pathlib import Path
+import statistics
+import sys
+
+ROOT = Path(__file__).resolve().parents[2]
+TORCHAO = {'torchao int8 weight-only': 'Int8WeightOnlyConfig',
+           'torchao int8 dyn-act int8 weight': 'Int8DynamicActivationInt8WeightConfig'}
+
+
+def formats(full) -> dict:
+    """Return {name: LoadedModel} for every format this environment can build."""
+    from dataclasses import replace
+    import torch
+    from timebill_ros.runtime.model import precision_variant
+    built = {'float32': full, 'int8-dynamic (torch.ao)': precision_variant(full, 'int8-dynamic'),
+             'bfloat16': replace(full, model=copy.deepcopy(full.model).to(torch.bfloat16).eval(),
+                                 dtype='bfloat16')}
+    try:
+        import torchao
+        from torchao import quantization
+    except ImportError:
+        return built
+    for name, config in TORCHAO.items():
+        model = copy.deepcopy(full.model)
+        quantization.quantize_(model, getattr(quantization, config)())
+        built[f'{name} ({torchao.__version__})'] = replace(full, model=model.eval())
+    return built
+
+
+def weight_mib(model) -> float:
+    """Return the MiB of a model's parameters and buffers (packed int8 weights included)."""
+    import io
+    import torch
+    buffer = io.BytesIO()
+    torch.save(model.state_dict(), buffer)
+    return buffer.tell() / 2 ** 20
+
+
+def main(argv=None) -> int:
+    """Time every format and write the table."""
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--rounds', type=int, default=3)
+    parser.add_argument('--kv', type=int, nargs='+', default=[64, 512])
+    parser.add_argument('--prefill', type=int, default=256)
+    parser.add_argument('--threads', type=int, default=0, help='intra-op threads (0: default)')
+    parser.add_argument('--out', default=str(ROOT / 'results' / 'weight_formats'))
+    args = parser.parse_args(argv)
+    import torch
+    from timebill_ros.cli.bench_eviction import machine
+    from timebill_ros.cli.bench_threads import prefill_s
+    from timebill_ros.runtime.model import intra_op_threads, load_model
+    from timebill_ros.runtime.profiler import time_decode_steps
+    full = load_model('embedded')
+    built = formats(full)
+    samples = {name: {'decode': {n: [] for n in args.kv}, 'prefill': []} for name in built}
+    with intra_op_threads(args.threads):
+        for round_ in range(args.rounds):
+            for name, loaded in built.items():
+                steps = time_decode_steps(loaded, args.kv, 8, 1)
+                for n in args.kv:
+                    samples[name]['decode'][n].append(steps[n][0])
+                samples[name]['prefill'].append(prefill_s(loaded, args.prefill, 0, 1))
+            print(f'round {round_ + 1}/{args.rounds} done', flush=True)
+        threads = torch.get_num_threads()
+    rows = {name: {'decode_ms': {n: statistics.median(s['decode'][n]) * 1e3 for n in args.kv},
+                   'prefill_ms': statistics.median(s['prefill']) * 1e3,
+                   'weights_mib': weight_mib(built[name].model)}
+            for name, s in samples.items()}
+    base = rows['float32']
+    lines = [f'# Weight formats on this machine ({datetime.date.today().isoformat()})', '',
+             f'`python -m timebill_ros.cli.bench_weight_formats '
+             f'{" ".join(argv if argv is not None else sys.argv[1:])}` on '
+             f'{machine()}, {threads} intra-op threads, '
+             f'embedded model; medians of {args.rounds} interleaved rounds.', '',
+             '| format | ' + ' | '.join(f'decode step at KV {n} (ms)' for n in args.kv)
+             + f' | prefill {args.prefill} tokens (ms) | weights (MiB) |',
+             '|---|' + '---|' * (len(args.kv) + 2)]
+    for name, row in rows.items():
+        cells = [f"{row['decode_ms'][n]:.1f} ({base['decode_ms'][n] / row['decode_ms'][n]:.2f}x)"
+                 for n in args.kv]
+        cells.append(f"{row['prefill_ms']:.0f} ({base['prefill_ms'] / row['prefill_ms']:.2f}x)")
+        lines.append(f'| {name} | ' + ' | '.join(cells) + f" | {row['weights_mib']:.0f} |")
+    lines += ['', '(x: speed relative to float32; above 1 is faster.)', '']
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix('.md').write_text('\n'.join(lines), encoding='utf-8')
+    out.with_suffix('.json').write_text(json.dumps(
+        {'date': datetime.date.today().isoformat(), 'threads': threads, 'rows': rows,
+         'args': vars(args)}, indent=1, default=str) + '\n', encoding='utf-8')
+    print('\n'.join(lines))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
