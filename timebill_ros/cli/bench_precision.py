@@ -10,6 +10,13 @@ switching) and runs TimeBill AUTO for real under Kill on two more nodes:
   lowers the least-KL layers a goal's deadline needs; whole-model int8 and the switch
   stay available).
 
+``--fresh`` instead runs every strategy in this run, interleaved goal by goal so a drift
+of the machine's speed lands on all of them: the full-model references (MODE_NONE, a
+generous budget) on the shipped node, then per tier and item MODE_NONE on that node
+(full precision), MODE_NONE on an int8-dynamic node (all-int8), and TimeBill AUTO on the
+shipped node (whole-model int8 and the switch), the ``noprec`` and the ``mixed`` nodes.
+Alpha 0.5 is not run there.
+
 Per tier and strategy: deadline met, false rejections, FAILED, task quality of in-time
 answers (exact match where the item has a reference, else ROUGE-L to the reference
 answer), fidelity (ROUGE-L to the full-precision answer) and which precision ran.
@@ -34,9 +41,18 @@ from timebill_ros.evaluation import metrics, robot_workload
 from timebill_ros.cli.common import stamped_log
 
 ROOT = Path(__file__).resolve().parents[2]
-NAMESPACES = {'noprec': '/prec_none', 'mixed': '/prec_mixed'}
 NEW = {'noprec': ('TimeBill without precision', {'auto_precision': '', 'precision_mix': ''}),
        'mixed': ('TimeBill with per-layer precision', {'precision_mix': 'shipped'})}
+NAMESPACES = {'noprec': '/prec_none', 'mixed': '/prec_mixed', 'shipped': '/prec_shipped',
+              'int8': '/prec_int8'}
+# --fresh: strategy -> (node, goal mode); the nodes' parameters over the shipped ones.
+FRESH_NODES = {'shipped': {}, 'int8': {'dtype': 'int8-dynamic', 'auto_precision': '',
+                                       'precision_mix': ''},
+               **{key: params for key, (_, params) in NEW.items()}}
+FRESH = {'full precision': ('shipped', 'MODE_NONE'), 'all-int8': ('int8', 'MODE_NONE'),
+         'TimeBill without precision': ('noprec', 'MODE_AUTO'),
+         'TimeBill, whole-model int8': ('shipped', 'MODE_AUTO'),
+         'TimeBill with per-layer precision': ('mixed', 'MODE_AUTO')}
 STRATEGIES = ('full precision', 'all-int8', 'alpha 0.5', 'TimeBill without precision',
               'TimeBill, whole-model int8', 'TimeBill with per-layer precision')
 TIERS = ('0.5x', '0.75x', '0.9x', '1x', '1.25x')
@@ -54,20 +70,25 @@ def markdown(report: dict) -> str:
     tiers = report['tiers']
     lines = [f"# Precision on the robot workload ({report['date']})", '',
              f"`{report['command']}` on {report['machine']}; {report['items']} held-out items, "
-             f"{report['minutes']:.1f} min; Kill. Runs reused from `{report['reused']}` "
-             f"(measured on {report.get('reused_machine', '?')}) for full precision, "
-             'all-int8, alpha 0.5 and TimeBill with whole-model int8; budgets are the same '
-             "tiers of that run's full-model times for every strategy. Rows from another "
-             'machine compare only where its speeds match this one.', '',
+             f"{report['minutes']:.1f} min; Kill. " + (
+                 'Every strategy ran in this run, interleaved goal by goal; budgets are tiers '
+                 "of each item's full-model time measured at the start of the run."
+                 if report.get('fresh') else
+                 f"Runs reused from `{report['reused']}` (measured on "
+                 f"{report.get('reused_machine', '?')}) for full precision, all-int8, alpha "
+                 "0.5 and TimeBill with whole-model int8; budgets are the same tiers of that "
+                 "run's full-model times for every strategy. Rows from another machine "
+                 'compare only where its speeds match this one.'), '',
              '## Deadline met / false rejections / FAILED', '',
              '| strategy | ' + ' | '.join(tiers) + ' |', '|---|' + '---|' * len(tiers)]
-    for name in STRATEGIES:
+    names = [name for name in STRATEGIES if name in report['table'][tiers[0]]]
+    for name in names:
         cells = [f"{s['met_rate']:.0%} / {s['false_rejections']} / {s['failed']}"
                  for s in (report['table'][t][name] for t in tiers)]
         lines.append(f'| {name} | ' + ' | '.join(cells) + ' |')
     lines += ['', '## Quality of in-time answers: task score / fidelity to full precision', '',
               '| strategy | ' + ' | '.join(tiers) + ' |', '|---|' + '---|' * len(tiers)]
-    for name in STRATEGIES:
+    for name in names:
         cells = []
         for t in tiers:
             s = report['table'][t][name]
@@ -91,7 +112,7 @@ def plot(report: dict, out: Path) -> None:
     import matplotlib.pyplot as plt
     tiers = report['tiers']
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
-    for name in STRATEGIES:
+    for name in [n for n in STRATEGIES if n in report['table'][tiers[0]]]:
         ax.plot(range(len(tiers)), [report['table'][t][name]['met_rate'] for t in tiers],
                 marker='o', label=name)
     ax.set_xticks(range(len(tiers)), tiers)
@@ -105,6 +126,86 @@ def plot(report: dict, out: Path) -> None:
     plt.close(fig)
 
 
+def tables(tiers, items: list, runs_of, refs: dict, new: dict) -> tuple:
+    """Return (table, mixed_modes): per tier, each strategy's figures and the mixed plans.
+
+    ``runs_of(tier)`` returns {strategy: runs} of the chosen items.
+    """
+    by_id = {item.id: item for item in items}
+    table, mixed_modes = {}, {}
+    for tier in tiers:
+        strategies = runs_of(tier)
+        none_met = {r['item']: r['met'] for r in strategies['full precision']}
+        table[tier] = {name: {**summarise(runs, by_id, refs, none_met),
+                              'fidelity': fidelity(runs, refs)}
+                       for name, runs in strategies.items()}
+        ran = [r for r in new.get('mixed', {}).get(tier, []) if r['outcome'] != 'REJECTED']
+        mixed = [r for r in ran if r.get('precision') == 'mixed']
+        mixed_modes[tier] = {
+            'full': sum(not r.get('precision') and not r.get('switched') for r in ran),
+            'mixed': len(mixed),
+            'mean_lowered': statistics.mean(r.get('lowered', 0) for r in mixed)
+            if mixed else 0.0,
+            'int8': sum(r.get('precision') == 'int8-dynamic' for r in ran),
+            'switched': sum(bool(r.get('switched')) for r in ran)}
+    for tier in table:  # per-item scores stay in the runs
+        for figures in table[tier].values():
+            figures.pop('scores', None)
+    return table, mixed_modes
+
+
+def main_fresh(args, argv) -> int:
+    """Run references and every strategy interleaved, then write the outputs."""
+    from timebill_ros.action import Instruct
+    from timebill_ros.ros.client import ensure_init
+    import timebill_ros.cli.bench_robot as robot
+    G = Instruct.Goal
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    items = robot_workload.load('test')
+    if args.items:
+        items = items[:args.items]
+    started = time.monotonic()
+    log = stamped_log(started)
+    ensure_init()
+    robot.NAMESPACES.update(NAMESPACES)
+    bench = Bench(log)
+    runs: dict = {'reference': [], **{name: {} for name in FRESH}}
+    try:
+        for node, params in FRESH_NODES.items():
+            bench.start(node, params)
+        log('full-model references')
+        runs['reference'] = [bench.run('shipped', item, args.reference_budget, G.MODE_NONE)
+                             for item in items]
+        full = {r['item']: r['e2e_s'] for r in runs['reference']}
+        names = list(FRESH)
+        for tier in args.tiers:
+            log(f'tier {tier}: {len(items)} items x {len(names)} strategies')
+            for i, item in enumerate(items):
+                # Rotate the order so no strategy always runs first after a pause.
+                for name in names[i % len(names):] + names[:i % len(names)]:
+                    node, mode = FRESH[name]
+                    runs[name].setdefault(tier, []).append(bench.run(
+                        node, item, tier_budget(tier, full[item.id]), getattr(G, mode)))
+            (out / 'partial.json').write_text(json.dumps(runs) + '\n', encoding='utf-8')
+    finally:
+        bench.stop()
+    refs = {r['item']: r['text'] for r in runs['reference']}
+    new = {'mixed': runs['TimeBill with per-layer precision']}
+    table, mixed_modes = tables(args.tiers, items,
+                                lambda tier: {name: runs[name][tier] for name in FRESH},
+                                refs, new)
+    report = {'date': datetime.date.today().isoformat(), 'machine': machine(),
+              'command': 'python -m timebill_ros.cli.bench_precision '
+                         + ' '.join(argv if argv is not None else sys.argv[1:]),
+              'items': len(items), 'minutes': (time.monotonic() - started) / 60,
+              'tiers': list(args.tiers), 'fresh': True, 'reused': '',
+              'shipped_params': shipped_params(), 'nodes': FRESH_NODES, 'table': table,
+              'mixed_modes': mixed_modes, 'runs': runs}
+    write_outputs(out, report, markdown, plot)
+    return 0
+
+
 def main(argv=None) -> int:
     """Run the new strategies, merge the reused ones and write the outputs."""
     parser = argparse.ArgumentParser(description=__doc__,
@@ -115,7 +216,13 @@ def main(argv=None) -> int:
     parser.add_argument('--tiers', nargs='+', default=list(TIERS))
     parser.add_argument('--items', type=int, default=0, help='first N items only (0: all)')
     parser.add_argument('--nodes', nargs='+', default=list(NEW), choices=tuple(NEW))
+    parser.add_argument('--fresh', action='store_true',
+                        help='run every strategy now, interleaved (no --reuse)')
+    parser.add_argument('--reference-budget', type=float, default=60.0,
+                        help='--fresh: budget (s) of the full-model reference goals')
     args = parser.parse_args(argv)
+    if args.fresh:
+        return main_fresh(args, argv)
     from timebill_ros.action import Instruct
     from timebill_ros.ros.client import ensure_init
     import timebill_ros.cli.bench_robot as robot
@@ -130,7 +237,6 @@ def main(argv=None) -> int:
     if args.items:
         items = items[:args.items]
     ids = {item.id for item in items}
-    by_id = {item.id: item for item in items}
     full = {r['item']: r['e2e_s'] for r in old['reference']}
     refs = {r['item']: r['text'] for r in old['reference']}
     started = time.monotonic()
@@ -159,8 +265,8 @@ def main(argv=None) -> int:
 
     def mine(runs: list) -> list:
         return [r for r in runs if r['item'] in ids]
-    table, mixed_modes = {}, {}
-    for tier in args.tiers:
+
+    def runs_of(tier: str) -> dict:
         budgets = {item.id: tier_budget(tier, full[item.id]) for item in items}
         strategies = {
             'full precision': old['none_real'][tier] if tier in old['none_real'] else
@@ -169,20 +275,8 @@ def main(argv=None) -> int:
             'alpha 0.5': [replay_kill(r, budgets[r['item']]) for r in old['alpha 0.5']],
             'TimeBill, whole-model int8': old['auto'][tier],
             **{NEW[key][0]: new[key][tier] for key in NEW if tier in new.get(key, {})}}
-        strategies = {name: mine(runs) for name, runs in strategies.items()}
-        none_met = {r['item']: r['met'] for r in strategies['full precision']}
-        table[tier] = {name: {**summarise(runs, by_id, refs, none_met),
-                              'fidelity': fidelity(runs, refs)}
-                       for name, runs in strategies.items()}
-        ran = [r for r in new.get('mixed', {}).get(tier, []) if r['outcome'] != 'REJECTED']
-        mixed = [r for r in ran if r.get('precision') == 'mixed']
-        mixed_modes[tier] = {
-            'full': sum(not r.get('precision') and not r.get('switched') for r in ran),
-            'mixed': len(mixed),
-            'mean_lowered': statistics.mean(r.get('lowered', 0) for r in mixed)
-            if mixed else 0.0,
-            'int8': sum(r.get('precision') == 'int8-dynamic' for r in ran),
-            'switched': sum(bool(r.get('switched')) for r in ran)}
+        return {name: mine(runs) for name, runs in strategies.items()}
+    table, mixed_modes = tables(args.tiers, items, runs_of, refs, new)
     report = {'date': datetime.date.today().isoformat(), 'machine': machine(),
               'command': 'python -m timebill_ros.cli.bench_precision '
                          + ' '.join(argv if argv is not None else sys.argv[1:]),
@@ -191,9 +285,6 @@ def main(argv=None) -> int:
               'reused_machine': reused_machine,
               'shipped_params': shipped_params(), 'table': table, 'mixed_modes': mixed_modes,
               'runs': new}
-    for tier in table:  # per-item scores stay in the runs
-        for s in table[tier].values():
-            s.pop('scores', None)
     write_outputs(out, report, markdown, plot)
     return 0
 
