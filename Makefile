@@ -14,7 +14,8 @@
 #   make bench-sched      FIFO / EDF / SVF from rosbag replays at several loads (results/sched)
 #   make measure-cuts     answer length + fidelity per quality cut (timebill_ros/data/cut_effects.json)
 #   make measure-precision  KL per int8 layer, additivity, unit times (timebill_ros/data/precision_kl.json)
-#   make bench-precision    robot workload: TimeBill with / without per-layer precision (results/precision_robot)
+#   make bench-precision    robot workload: every precision strategy in one interleaved run (results/precision_fresh)
+#   make bench-weight-formats  decode / prefill time per weight format, torchao if importable (results/weight_formats.md)
 #   make soak             30-minute mixed workload from a bag: RSS, threads, files, TPOT drift (results/soak)
 #   make device-check     scripts/device_check.sh (DEVICE=auto|cuda|cpu; figures in $$OUT or results/device_check)
 #   make schema           regenerate schema/timebill.schema.json and the README parameter table
@@ -41,7 +42,7 @@ DOC_PATHS = $(call existing,timebill_ros test scripts/ete_in_node.py)
 
 .PHONY: venv build test lint node demo bench bench-overhead bench-robot \
         bench-longcontext bench-sched bench-batch measure-cuts measure-precision \
-        bench-precision soak device-check schema clean
+        bench-precision bench-weight-formats soak device-check schema clean
 
 venv: $(STAMP)
 
@@ -104,7 +105,11 @@ measure-precision: build
 	$(ENV) && exec python -m timebill_ros.cli.measure_precision $(BENCH_ARGS)
 
 bench-precision: build
-	$(ENV) && exec python -m timebill_ros.cli.bench_precision $(BENCH_ARGS)
+	$(ENV) && exec python -m timebill_ros.cli.bench_precision --fresh --items 24 \
+	  --tiers 0.5x 0.75x 0.9x 1x --out results/precision_fresh $(BENCH_ARGS)
+
+bench-weight-formats: build
+	$(ENV) && exec python -m timebill_ros.cli.bench_weight_formats --threads 2 $(BENCH_ARGS)
 
 soak: build
 	$(ENV) && exec python -m timebill_ros.cli.soak $(BENCH_ARGS)
