@@ -170,15 +170,16 @@ def main_fresh(args, argv) -> int:
     ensure_init()
     robot.NAMESPACES.update(NAMESPACES)
     bench = Bench(log)
-    runs: dict = {'reference': [], **{name: {} for name in FRESH}}
+    runs: dict = {'reference': [], **{name: {} for name in FRESH}}  # unrun ones stay empty
+    names = ['full precision', *[n for n in args.strategies if n != 'full precision']]
     try:
         for node, params in FRESH_NODES.items():
-            bench.start(node, params)
+            if any(FRESH[name][0] == node for name in names):
+                bench.start(node, params)
         log('full-model references')
         runs['reference'] = [bench.run('shipped', item, args.reference_budget, G.MODE_NONE)
                              for item in items]
         full = {r['item']: r['e2e_s'] for r in runs['reference']}
-        names = list(FRESH)
         for tier in args.tiers:
             log(f'tier {tier}: {len(items)} items x {len(names)} strategies')
             for i, item in enumerate(items):
@@ -193,7 +194,7 @@ def main_fresh(args, argv) -> int:
     refs = {r['item']: r['text'] for r in runs['reference']}
     new = {'mixed': runs['TimeBill with per-layer precision']}
     table, mixed_modes = tables(args.tiers, items,
-                                lambda tier: {name: runs[name][tier] for name in FRESH},
+                                lambda tier: {name: runs[name][tier] for name in names},
                                 refs, new)
     report = {'date': datetime.date.today().isoformat(), 'machine': machine(),
               'command': 'python -m timebill_ros.cli.bench_precision '
@@ -218,6 +219,8 @@ def main(argv=None) -> int:
     parser.add_argument('--nodes', nargs='+', default=list(NEW), choices=tuple(NEW))
     parser.add_argument('--fresh', action='store_true',
                         help='run every strategy now, interleaved (no --reuse)')
+    parser.add_argument('--strategies', nargs='+', default=list(FRESH), choices=tuple(FRESH),
+                        help='--fresh: the strategies to run (full precision always runs)')
     parser.add_argument('--reference-budget', type=float, default=60.0,
                         help='--fresh: budget (s) of the full-model reference goals')
     args = parser.parse_args(argv)
