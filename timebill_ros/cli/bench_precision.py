@@ -95,6 +95,8 @@ def markdown(report: dict) -> str:
             cells.append('-' if math.isnan(s['quality']) else
                          f"{s['quality']:.2f} / {s['fidelity']:.2f}")
         lines.append(f'| {name} | ' + ' | '.join(cells) + ' |')
+    if 'TimeBill with per-layer precision' not in names:
+        return '\n'.join(lines)
     lines += ['', '## What TimeBill with per-layer precision ran (goals that ran)', '',
               '| tier | full | mixed | mean units lowered | whole int8 | switched to int8 |',
               '|---|---|---|---|---|---|']
