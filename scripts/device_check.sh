@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device check (issue 16): build, the timing-relevant tests, calibrate (ETE MAPE of both
-# phases), node overhead against a bare decode loop, and a short deadline sweep with Kill
-# and Skip-Next through the node. Every figure lands in $OUT (default results/device_check).
+# phases), node overhead against a bare decode loop, the weight formats (16-bit copies on
+# CUDA), and a short deadline sweep with Kill and Skip-Next through the node. Every figure lands in $OUT (default results/device_check).
 #
 #   scripts/device_check.sh                 # DEVICE=auto: cuda when torch sees one, else cpu
 #   DEVICE=cpu scripts/device_check.sh      # what CI-less machines without a GPU run
@@ -39,6 +39,11 @@ stamp "node overhead vs a bare decode loop"
 python -m timebill_ros.cli.bench_overhead --device "$DEVICE" --repeats 1 --no-start-times \
   --out "$OUT/overhead.json" > "$OUT/overhead.md" 2>&1
 grep -E 'overhead ratio|decode TPOT' "$OUT/overhead.md" | tee -a "$OUT/summary.md"
+
+stamp "weight formats: decode step and prefill per resident copy (float16/bfloat16 on CUDA)"
+python -m timebill_ros.cli.bench_weight_formats --device "$DEVICE" --rounds 2 \
+  --out "$OUT/weight_formats" > "$OUT/weight_formats.log" 2>&1
+grep -E '^\| (float|bfloat|int8)' "$OUT/weight_formats.md" | tee -a "$OUT/summary.md"
 
 stamp "deadline sweep through the node: Kill and Skip-Next at 0.5, 1 and 2 s"
 python -m timebill_ros.ros.node --ros-args -r __ns:=/devcheck --params-file config/timebill.yaml \

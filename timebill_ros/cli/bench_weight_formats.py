@@ -1,9 +1,10 @@
 """Decode-step and prefill time of the embedded model per weight format, on this machine.
 
-``python -m timebill_ros.cli.bench_weight_formats`` builds, from the float32 model:
-the int8-dynamic copy the node keeps resident (torch.ao, per-channel scales), a
-bfloat16 cast, and, when torchao is importable, torchao's int8 weight-only and int8
-dynamic-activation formats (eager, no torch.compile: the node does not compile). It
+``python -m timebill_ros.cli.bench_weight_formats`` builds, from the float32 model, the
+copies the node can keep resident (``precision_variant``: int8-dynamic with torch.ao
+per-channel scales on a CPU, bfloat16, float16 on CUDA) and, when torchao is
+importable, torchao's int8 weight-only and int8 dynamic-activation formats (eager,
+no torch.compile: the node does not compile). It
 times the median decode step at two KV lengths and a prefill, format after format in
 rounds so a drift of the machine's speed lands on all. It is the measurement behind the
 choice of the int8 library and of the decode precisions (README, "Precision").
@@ -19,6 +20,7 @@ import json
 from pathlib import Path
 import statistics
 import sys
+import time
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCHAO = {'torchao int8 weight-only': 'Int8WeightOnlyConfig',
@@ -26,23 +28,45 @@ TORCHAO = {'torchao int8 weight-only': 'Int8WeightOnlyConfig',
 
 
 def formats(full) -> dict:
-    """Return {name: LoadedModel} for every format this environment can build."""
-    from dataclasses import replace
-    import torch
-    from timebill_ros.runtime.model import precision_variant
-    built = {'float32': full, 'int8-dynamic (torch.ao)': precision_variant(full, 'int8-dynamic'),
-             'bfloat16': replace(full, model=copy.deepcopy(full.model).to(torch.bfloat16).eval(),
-                                 dtype='bfloat16')}
+    """Return {name: LoadedModel} for every format this environment and device can build.
+
+    The node's own copies come from ``precision_variant`` (int8-dynamic on a CPU,
+    bfloat16 anywhere, float16 on CUDA); those it refuses here are left out.
+    """
+    from timebill_ros.runtime.model import ModelLoadError, precision_variant
+    built = {'float32': full}
+    for dtype in ('int8-dynamic', 'bfloat16', 'float16'):
+        try:
+            variant = precision_variant(full, dtype)
+        except ModelLoadError:
+            continue
+        built['int8-dynamic (torch.ao)' if dtype == 'int8-dynamic' else dtype] = variant
     try:
         import torchao
         from torchao import quantization
     except ImportError:
         return built
+    from dataclasses import replace
     for name, config in TORCHAO.items():
         model = copy.deepcopy(full.model)
         quantization.quantize_(model, getattr(quantization, config)())
         built[f'{name} ({torchao.__version__})'] = replace(full, model=model.eval())
     return built
+
+
+def prefill_s(loaded, length: int) -> float:
+    """Return one prefill's seconds of ``length`` tokens, the device's work included."""
+    import torch
+    from transformers import DynamicCache
+    from timebill_ros.runtime.model import synchronize
+    ids = torch.randint(1000, 40000, (1, length), generator=torch.Generator().manual_seed(0))
+    ids = ids.to(loaded.device)
+    with torch.inference_mode():
+        synchronize(loaded.device)
+        start = time.perf_counter()
+        loaded.model(input_ids=ids, past_key_values=DynamicCache(), use_cache=True)
+        synchronize(loaded.device)
+    return time.perf_counter() - start
 
 
 def weight_mib(model) -> float:
@@ -62,14 +86,14 @@ def main(argv=None) -> int:
     parser.add_argument('--kv', type=int, nargs='+', default=[64, 512])
     parser.add_argument('--prefill', type=int, default=256)
     parser.add_argument('--threads', type=int, default=0, help='intra-op threads (0: default)')
+    parser.add_argument('--device', default='cpu', help='cpu | cuda')
     parser.add_argument('--out', default=str(ROOT / 'results' / 'weight_formats'))
     args = parser.parse_args(argv)
     import torch
     from timebill_ros.cli.bench_eviction import machine
-    from timebill_ros.cli.bench_threads import prefill_s
     from timebill_ros.runtime.model import intra_op_threads, load_model
     from timebill_ros.runtime.profiler import time_decode_steps
-    full = load_model('embedded')
+    full = load_model('embedded', args.device)
     built = formats(full)
     samples = {name: {'decode': {n: [] for n in args.kv}, 'prefill': []} for name in built}
     with intra_op_threads(args.threads):
@@ -78,7 +102,7 @@ def main(argv=None) -> int:
                 steps = time_decode_steps(loaded, args.kv, 8, 1)
                 for n in args.kv:
                     samples[name]['decode'][n].append(steps[n][0])
-                samples[name]['prefill'].append(prefill_s(loaded, args.prefill, 0, 1))
+                samples[name]['prefill'].append(prefill_s(loaded, args.prefill))
             print(f'round {round_ + 1}/{args.rounds} done', flush=True)
         threads = torch.get_num_threads()
     rows = {name: {'decode_ms': {n: statistics.median(s['decode'][n]) * 1e3 for n in args.kv},
@@ -89,7 +113,7 @@ def main(argv=None) -> int:
     lines = [f'# Weight formats on this machine ({datetime.date.today().isoformat()})', '',
              f'`python -m timebill_ros.cli.bench_weight_formats '
              f'{" ".join(argv if argv is not None else sys.argv[1:])}` on '
-             f'{machine()}, {threads} intra-op threads, '
+             f'{machine()}, device {args.device}, {threads} intra-op threads, '
              f'embedded model; medians of {args.rounds} interleaved rounds.', '',
              '| format | ' + ' | '.join(f'decode step at KV {n} (ms)' for n in args.kv)
              + f' | prefill {args.prefill} tokens (ms) | weights (MiB) |',
