@@ -175,10 +175,11 @@ def profiled_server(loaded, tmp_path, make_profile, scheduler, **extra):
     return synthetic_server(loaded, tmp_path / 'tiny.yaml', scheduler, **extra)
 
 
-def hold_worker(server):
+def hold_worker(server, policy=OverrunPolicy.KILL):
     """Submit a 50-token goal (4.91 s by the ETE) and wait until the worker holds it."""
     server.submit(server.admit(GoalSpec('Go.', budget_s=60.0, mode=int(Mode.AUTO),
-                                        max_new_tokens=50), 'long'))
+                                        max_new_tokens=50, overrun_policy=int(policy)),
+                               'long'))
     wait_executing(server)
 
 
@@ -307,9 +308,7 @@ def test_admission_plans_a_goal_on_the_steps_of_the_batch_it_joins(loaded, tmp_p
     server = batch_server(loaded, tmp_path, synthetic_profile)
     try:
         with server.assembly.model_lock:
-            server.submit(server.admit(GoalSpec('Go.', budget_s=60.0, mode=auto,
-                                                max_new_tokens=50), 'long'))
-            wait_executing(server)
+            hold_worker(server)
             # No wait (a slot is free), but 19 steps of a batch of 2: 0.01 + 19 x 0.12 s.
             joins = server.admit(GoalSpec('Go.', budget_s=10.0, mode=auto,
                                           max_new_tokens=20), 'joins')
@@ -366,31 +365,22 @@ def test_under_batching_a_skip_next_goal_decodes_alone_and_skips_the_next(loaded
 
 def test_admission_waits_out_a_running_skip_next_goal_before_any_join(loaded, tmp_path,
                                                                       synthetic_profile):
-    server = batch_server(loaded, tmp_path, synthetic_profile)
-    auto = int(Mode.AUTO)
-    try:
-        with server.assembly.model_lock:
-            # 50 tokens alone: 4.91 s by the ETE, and no goal may join before it ends.
-            server.submit(server.admit(GoalSpec('Go.', budget_s=60.0, mode=auto,
-                                                max_new_tokens=50, overrun_policy=int(
-                                                    OverrunPolicy.SKIP_NEXT)), 'skip'))
-            wait_executing(server)
-            with pytest.raises(Rejection, match=r'after an expected 4\.\d+ s wait'):
-                server.submit(server.admit(GoalSpec('Go.', budget_s=3.0, mode=auto,
-                                                    max_new_tokens=20), 'tight'))
-            # Behind a Kill goal the same goal joins a free slot at once (0.01 + 19 x 0.12).
-    finally:
-        server.stop(timeout_s=30.0)
-    server = batch_server(loaded, tmp_path, synthetic_profile)
-    try:
-        with server.assembly.model_lock:
-            hold_worker(server)
-            fits = server.admit(GoalSpec('Go.', budget_s=3.0, mode=auto, max_new_tokens=20),
-                                'fits')
-            server.submit(fits)
-            assert fits.plan.est_wcet_s == pytest.approx(0.01 + 19 * 0.12)
-    finally:
-        server.stop(timeout_s=30.0)
+    newcomer = GoalSpec('Go.', budget_s=3.0, mode=int(Mode.AUTO), max_new_tokens=20)
+    for policy in (OverrunPolicy.SKIP_NEXT, OverrunPolicy.KILL):
+        server = batch_server(loaded, tmp_path, synthetic_profile)
+        try:
+            with server.assembly.model_lock:
+                hold_worker(server, policy)  # 4.91 s by the ETE
+                if policy == OverrunPolicy.SKIP_NEXT:  # no goal may join before it ends
+                    with pytest.raises(Rejection, match=r'after an expected 4\.\d+ s wait'):
+                        server.submit(server.admit(newcomer, 'tight'))
+                    continue
+                # Behind a Kill goal it joins a free slot at once: 0.01 + 19 x 0.12 s.
+                fits = server.admit(newcomer, 'fits')
+                server.submit(fits)
+                assert fits.plan.est_wcet_s == pytest.approx(0.01 + 19 * 0.12)
+        finally:
+            server.stop(timeout_s=30.0)
 
 
 def test_a_profile_without_batched_steps_gets_them_measured_and_saved(loaded, tmp_path,
