@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Device check (issue 16): build, the timing-relevant tests, calibrate (ETE MAPE of both
 # phases), node overhead against a bare decode loop, the weight formats (16-bit copies on
-# CUDA), and a short deadline sweep with Kill and Skip-Next through the node. Every figure lands in $OUT (default results/device_check).
+# CUDA), and a short deadline sweep with Kill and Skip-Next through the node. Every figure
+# lands in $OUT (default results/device_check).
 #
 #   scripts/device_check.sh                 # DEVICE=auto: cuda when torch sees one, else cpu
 #   DEVICE=cpu scripts/device_check.sh      # what CI-less machines without a GPU run

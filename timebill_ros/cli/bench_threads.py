@@ -43,16 +43,22 @@ def decode_step_s(loaded, steps: int, threads: int) -> float:
 
 
 def prefill_s(loaded, length: int, threads: int, repeats: int = 3) -> float:
-    """Return the fastest of ``repeats`` prefills of ``length`` tokens at ``threads``."""
+    """Return the fastest of ``repeats`` prefills of ``length`` tokens at ``threads``.
+
+    Each is timed to the end of the device's work (CUDA runs kernels asynchronously).
+    """
     import torch
     from transformers import DynamicCache
-    from timebill_ros.runtime.model import intra_op_threads
+    from timebill_ros.runtime.model import intra_op_threads, synchronize
     ids = torch.randint(1000, 40000, (1, length), generator=torch.Generator().manual_seed(0))
+    ids = ids.to(loaded.device)
     best = float('inf')
     with torch.inference_mode(), intra_op_threads(threads):
         for _ in range(repeats):
+            synchronize(loaded.device)
             start = time.perf_counter()
             loaded.model(input_ids=ids, past_key_values=DynamicCache(), use_cache=True)
+            synchronize(loaded.device)
             best = min(best, time.perf_counter() - start)
     return best
 

@@ -4,9 +4,9 @@
 copies the node can keep resident (``precision_variant``: int8-dynamic with torch.ao
 per-channel scales on a CPU, bfloat16, float16 on CUDA) and, when torchao is
 importable, torchao's int8 weight-only and int8 dynamic-activation formats (eager,
-no torch.compile: the node does not compile). It
-times the median decode step at two KV lengths and a prefill, format after format in
-rounds so a drift of the machine's speed lands on all. It is the measurement behind the
+no torch.compile: the node does not compile). It times the median decode step at two
+KV lengths and a prefill, format after format in rounds so a drift of the machine's
+speed lands on all. It is the measurement behind the
 choice of the int8 library and of the decode precisions (README, "Precision").
 Outputs: results/weight_formats.{md,json}.
 """
@@ -20,7 +20,6 @@ import json
 from pathlib import Path
 import statistics
 import sys
-import time
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCHAO = {'torchao int8 weight-only': 'Int8WeightOnlyConfig',
@@ -54,21 +53,6 @@ def formats(full) -> dict:
     return built
 
 
-def prefill_s(loaded, length: int) -> float:
-    """Return one prefill's seconds of ``length`` tokens, the device's work included."""
-    import torch
-    from transformers import DynamicCache
-    from timebill_ros.runtime.model import synchronize
-    ids = torch.randint(1000, 40000, (1, length), generator=torch.Generator().manual_seed(0))
-    ids = ids.to(loaded.device)
-    with torch.inference_mode():
-        synchronize(loaded.device)
-        start = time.perf_counter()
-        loaded.model(input_ids=ids, past_key_values=DynamicCache(), use_cache=True)
-        synchronize(loaded.device)
-    return time.perf_counter() - start
-
-
 def weight_mib(model) -> float:
     """Return the MiB of a model's parameters and buffers (packed int8 weights included)."""
     import io
@@ -91,6 +75,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     import torch
     from timebill_ros.cli.bench_eviction import machine
+    from timebill_ros.cli.bench_threads import prefill_s
     from timebill_ros.runtime.model import intra_op_threads, load_model
     from timebill_ros.runtime.profiler import time_decode_steps
     full = load_model('embedded', args.device)
@@ -102,7 +87,7 @@ def main(argv=None) -> int:
                 steps = time_decode_steps(loaded, args.kv, 8, 1)
                 for n in args.kv:
                     samples[name]['decode'][n].append(steps[n][0])
-                samples[name]['prefill'].append(prefill_s(loaded, args.prefill))
+                samples[name]['prefill'].append(prefill_s(loaded, args.prefill, 0, 1))
             print(f'round {round_ + 1}/{args.rounds} done', flush=True)
         threads = torch.get_num_threads()
     rows = {name: {'decode_ms': {n: statistics.median(s['decode'][n]) * 1e3 for n in args.kv},
