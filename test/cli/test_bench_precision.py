@@ -2,7 +2,7 @@
 
 import math
 
-from timebill_ros.cli.bench_precision import fidelity, markdown, STRATEGIES
+from timebill_ros.cli.bench_precision import fidelity, markdown, plan_kinds, STRATEGIES
 
 
 def test_fidelity_scores_only_in_time_answers_against_the_full_answer():
@@ -21,9 +21,21 @@ def test_markdown_has_a_row_per_strategy_and_the_mix_counts():
     report = {'date': 'd', 'command': 'c', 'machine': 'm', 'items': 2, 'minutes': 1.0,
               'reused': 'r', 'tiers': ['1x'],
               'table': {'1x': {name: dict(cell) for name in STRATEGIES}},
-              'mixed_modes': {'1x': {'full': 1, 'mixed': 1, 'mean_lowered': 7.0, 'int8': 0,
-                                     'switched': 0}}}
+              'mixed_modes': {'TimeBill with per-layer int8-weight': {
+                  '1x': {'full': 1, 'mixed': 1, 'mean_lowered': 7.0, 'int8': 0,
+                         'switched': 0}}}}
     text = markdown(report)
     for name in STRATEGIES:
         assert f'| {name} | 50% / 1 / 0 |' in text
     assert '0.40 / 0.80' in text and '| 1x | 1 | 1 | 7.0 | 0 | 0 |' in text
+    assert '## What TimeBill with per-layer int8-weight ran' in text
+
+
+def test_plan_kinds_counts_what_the_goals_that_ran_were_planned_at():
+    runs = [{'outcome': 'COMPLETED', 'precision': ''},
+            {'outcome': 'COMPLETED', 'precision': '', 'switched': True},
+            {'outcome': 'KILLED', 'precision': 'mixed', 'lowered': 4},
+            {'outcome': 'COMPLETED', 'precision': 'int8-weight'},
+            {'outcome': 'REJECTED', 'precision': ''}]
+    assert plan_kinds(runs) == {'full': 1, 'mixed': 1, 'mean_lowered': 4, 'int8': 1,
+                                'switched': 1}

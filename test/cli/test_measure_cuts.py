@@ -24,3 +24,14 @@ def test_measure_cuts_writes_the_table_and_the_report(tmp_path):
     rows = json.loads(report.with_suffix('.json').read_text())['rows']
     assert len(rows) == 2 and all('int8-dynamic' in row for row in rows)
     assert '| int8-dynamic | 2 |' in report.with_suffix('.md').read_text()
+    assert effects.of_precision('int8-weight').length_factor > 0  # both formats by default
+    # --merge: a run of one precision and no ratio keeps what it did not measure.
+    before = effects.of_precision('int8-dynamic')
+    assert measure_cuts.main(['--model', 'tiny-random', '--limit', '1',
+                              '--max-new-tokens', '4', '--alphas', '--precisions',
+                              'int8-weight', '--merge', '--out', str(out),
+                              '--report', str(tmp_path / 'again')]) == 0
+    merged = CutEffects.load(out)
+    assert merged.eviction_ratios == (0.5,) and merged.of_precision('int8-dynamic') == before
+    assert set(merged.precision) == {'int8-dynamic', 'int8-weight'}
+    assert 'int8-weight' in merged.source.split(';')[-1]

@@ -398,22 +398,24 @@ def test_a_profile_without_batched_steps_gets_them_measured_and_saved(loaded, tm
         server.stop()
 
 
-def lanes_server(loaded, tmp_path, make_profile):
+def lanes_server(loaded, tmp_path, make_profile, low='int8-dynamic'):
     """A max_batch 4 server with an int8 copy; profiles say everything fits easily."""
-    for name, dtype in (('tiny.yaml', 'float32'), ('tiny.int8-dynamic.yaml', 'int8-dynamic')):
+    for name, dtype in (('tiny.yaml', 'float32'), (f'tiny.{low}.yaml', low)):
         make_profile(dtype, step_s=0.001, prefill_s=0.001,
                      batch=[(0.0, 0.001)] * 4).save(tmp_path / name)
-    return synthetic_server(loaded, tmp_path / 'tiny.yaml', auto_precision='int8-dynamic',
+    return synthetic_server(loaded, tmp_path / 'tiny.yaml', auto_precision=low,
                             cut_effects='', max_batch=4, max_new_tokens_limit=8192)
 
 
+@pytest.mark.parametrize('low', ['int8-dynamic', 'int8-weight'])
 def test_goals_of_two_precisions_share_rounds_and_each_is_killed_on_time(loaded, tmp_path,
-                                                                         synthetic_profile):
-    server = lanes_server(loaded, tmp_path, synthetic_profile)
+                                                                         synthetic_profile,
+                                                                         low):
+    server = lanes_server(loaded, tmp_path, synthetic_profile, low)
     none = int(Mode.NONE)
     try:
         alone = {}
-        for precision in ('', 'int8-dynamic'):
+        for precision in ('', low):
             job = server.admit(GoalSpec('Report the battery level.', budget_s=60.0, mode=none,
                                         max_new_tokens=12, precision=precision), f'a{precision}')
             server.submit(job)
@@ -423,13 +425,13 @@ def test_goals_of_two_precisions_share_rounds_and_each_is_killed_on_time(loaded,
             # A long int8 goal and a float32 goal that must be killed at 0.3 s: before,
             # the int8 goal decoded alone to its end while the batch waited.
             long = server.admit(GoalSpec('Go on.', budget_s=60.0, mode=none,
-                                         max_new_tokens=6000, precision='int8-dynamic'),
+                                         max_new_tokens=6000, precision=low),
                                 'long')
             short = server.admit(GoalSpec('Go on.', budget_s=0.3, mode=none,
                                           max_new_tokens=6000), 'short')
             both = [server.admit(GoalSpec('Report the battery level.', budget_s=60.0,
                                           mode=none, max_new_tokens=12, precision=p), f'b{p}')
-                    for p in ('', 'int8-dynamic')]
+                    for p in ('', low)]
             for job in (long, short, *both):
                 server.submit(job)
         wait_all([long, short, *both], timeout=120)
@@ -437,8 +439,8 @@ def test_goals_of_two_precisions_share_rounds_and_each_is_killed_on_time(loaded,
         assert short.result.e2e_s < 0.3 + 0.25, short.result.e2e_s
         assert long.result.outcome == Outcome.COMPLETED and long.result.tokens == 6000
         # Each precision's answer is the one it gives alone.
-        assert both[0].result.text == alone[''] and both[1].result.text == alone['int8-dynamic']
-        assert both[1].result.plan.precision == 'int8-dynamic'
+        assert both[0].result.text == alone[''] and both[1].result.text == alone[low]
+        assert both[1].result.plan.precision == low
         assert max(job.result.batch_peak for job in both) >= 3
     finally:
         server.stop(timeout_s=30.0)

@@ -12,10 +12,12 @@ switching) and runs TimeBill AUTO for real under Kill on two more nodes:
 
 ``--fresh`` instead runs every strategy in this run, interleaved goal by goal so a drift
 of the machine's speed lands on all of them: the full-model references (MODE_NONE, a
-generous budget) on the shipped node, then per tier and item MODE_NONE on that node
-(full precision), MODE_NONE on an int8-dynamic node (all-int8), and TimeBill AUTO on the
-shipped node (whole-model int8 and the switch), the ``noprec`` and the ``mixed`` nodes.
-Alpha 0.5 is not run there.
+generous budget) on the shipped node, then per tier and item each strategy of
+``FRESH`` (``--strategies``): MODE_NONE on the shipped node (full precision), on an
+int8-dynamic node (all-int8) and pinned to int8-weight decoding (all-int8-weight:
+float32 prefill, weight-only int8 decode steps); TimeBill AUTO without precision, with
+whole-model int8-dynamic or int8-weight (and the switch; once with
+``min_switch_speedup`` 1.2), and per layer at either format. Alpha 0.5 is not run there.
 
 Per tier and strategy: deadline met, false rejections, FAILED, task quality of in-time
 answers (exact match where the item has a reference, else ROUGE-L to the reference
@@ -44,17 +46,33 @@ ROOT = Path(__file__).resolve().parents[2]
 NEW = {'noprec': ('TimeBill without precision', {'auto_precision': '', 'precision_mix': ''}),
        'mixed': ('TimeBill with per-layer precision', {'precision_mix': 'shipped'})}
 NAMESPACES = {'noprec': '/prec_none', 'mixed': '/prec_mixed', 'shipped': '/prec_shipped',
-              'int8': '/prec_int8'}
+              'int8': '/prec_int8', 'int8w': '/prec_int8w', 'int8w_dyn': '/prec_int8w_dyn',
+              'mixed_w': '/prec_mixed_w', 'int8w_sw': '/prec_int8w_sw'}
 # --fresh: strategy -> (node, goal mode); the nodes' parameters over the shipped ones.
+# The shipped YAML's auto_precision may be either int8 format: name both nodes explicitly.
 FRESH_NODES = {'shipped': {}, 'int8': {'dtype': 'int8-dynamic', 'auto_precision': '',
                                        'precision_mix': ''},
+               'int8w': {'auto_precision': 'int8-weight', 'precision_mix': ''},
+               'int8w_dyn': {'auto_precision': 'int8-dynamic', 'precision_mix': ''},
+               'mixed_w': {'auto_precision': 'int8-weight', 'precision_mix': 'shipped'},
+               'int8w_sw': {'auto_precision': 'int8-weight', 'precision_mix': '',
+                            'min_switch_speedup': 1.2},
                **{key: params for key, (_, params) in NEW.items()}}
-FRESH = {'full precision': ('shipped', 'MODE_NONE'), 'all-int8': ('int8', 'MODE_NONE'),
-         'TimeBill without precision': ('noprec', 'MODE_AUTO'),
-         'TimeBill, whole-model int8': ('shipped', 'MODE_AUTO'),
-         'TimeBill with per-layer precision': ('mixed', 'MODE_AUTO')}
-STRATEGIES = ('full precision', 'all-int8', 'alpha 0.5', 'TimeBill without precision',
-              'TimeBill, whole-model int8', 'TimeBill with per-layer precision')
+# strategy -> (node, goal mode, pinned precision)
+FRESH = {'full precision': ('shipped', 'MODE_NONE', ''),
+         'all-int8': ('int8', 'MODE_NONE', ''),
+         'all-int8-weight': ('int8w', 'MODE_NONE', 'int8-weight'),
+         'TimeBill without precision': ('noprec', 'MODE_AUTO', ''),
+         'TimeBill, whole-model int8': ('int8w_dyn', 'MODE_AUTO', ''),
+         'TimeBill, whole-model int8-weight': ('int8w', 'MODE_AUTO', ''),
+         'TimeBill, int8-weight, switch at 1.2x': ('int8w_sw', 'MODE_AUTO', ''),
+         'TimeBill with per-layer precision': ('mixed', 'MODE_AUTO', ''),
+         'TimeBill with per-layer int8-weight': ('mixed_w', 'MODE_AUTO', '')}
+STRATEGIES = ('full precision', 'all-int8', 'all-int8-weight', 'alpha 0.5',
+              'TimeBill without precision', 'TimeBill, whole-model int8',
+              'TimeBill, whole-model int8-weight', 'TimeBill, int8-weight, switch at 1.2x',
+              'TimeBill with per-layer precision',
+              'TimeBill with per-layer int8-weight')
 TIERS = ('0.5x', '0.75x', '0.9x', '1x', '1.25x')
 
 
@@ -95,15 +113,16 @@ def markdown(report: dict) -> str:
             cells.append('-' if math.isnan(s['quality']) else
                          f"{s['quality']:.2f} / {s['fidelity']:.2f}")
         lines.append(f'| {name} | ' + ' | '.join(cells) + ' |')
-    if 'TimeBill with per-layer precision' not in names:
-        return '\n'.join(lines)
-    lines += ['', '## What TimeBill with per-layer precision ran (goals that ran)', '',
-              '| tier | full | mixed | mean units lowered | whole int8 | switched to int8 |',
-              '|---|---|---|---|---|---|']
-    for t in tiers:
-        m = report['mixed_modes'][t]
-        lines.append(f"| {t} | {m['full']} | {m['mixed']} | {m['mean_lowered']:.1f} | "
-                     f"{m['int8']} | {m['switched']} |")
+    for name, modes in report['mixed_modes'].items():
+        if name not in names:
+            continue
+        lines += ['', f'## What {name} ran (goals that ran)', '',
+                  '| tier | full | mixed | mean units lowered | whole int8 | switched to int8 |',
+                  '|---|---|---|---|---|---|']
+        for t in tiers:
+            m = modes[t]
+            lines.append(f"| {t} | {m['full']} | {m['mixed']} | {m['mean_lowered']:.1f} | "
+                         f"{m['int8']} | {m['switched']} |")
     return '\n'.join(lines)
 
 
@@ -128,28 +147,34 @@ def plot(report: dict, out: Path) -> None:
     plt.close(fig)
 
 
-def tables(tiers, items: list, runs_of, refs: dict, new: dict) -> tuple:
+def plan_kinds(runs: list) -> dict:
+    """Count what the goals that ran were planned at: full, mixed, whole int8, switched."""
+    ran = [r for r in runs if r['outcome'] != 'REJECTED']
+    mixed = [r for r in ran if r.get('precision') == 'mixed']
+    return {'full': sum(not r.get('precision') and not r.get('switched') for r in ran),
+            'mixed': len(mixed),
+            'mean_lowered': statistics.mean(r.get('lowered', 0) for r in mixed)
+            if mixed else 0.0,
+            'int8': sum(r.get('precision') in ('int8-dynamic', 'int8-weight') for r in ran),
+            'switched': sum(bool(r.get('switched')) for r in ran)}
+
+
+def tables(tiers, items: list, runs_of, refs: dict, planned: dict) -> tuple:
     """Return (table, mixed_modes): per tier, each strategy's figures and the mixed plans.
 
-    ``runs_of(tier)`` returns {strategy: runs} of the chosen items.
+    ``runs_of(tier)`` returns {strategy: runs} of the chosen items; ``planned`` is
+    {TimeBill strategy: {tier: runs}}, whose plans are counted by kind.
     """
     by_id = {item.id: item for item in items}
-    table, mixed_modes = {}, {}
+    table = {}
     for tier in tiers:
         strategies = runs_of(tier)
         none_met = {r['item']: r['met'] for r in strategies['full precision']}
         table[tier] = {name: {**summarise(runs, by_id, refs, none_met),
                               'fidelity': fidelity(runs, refs)}
                        for name, runs in strategies.items()}
-        ran = [r for r in new.get('mixed', {}).get(tier, []) if r['outcome'] != 'REJECTED']
-        mixed = [r for r in ran if r.get('precision') == 'mixed']
-        mixed_modes[tier] = {
-            'full': sum(not r.get('precision') and not r.get('switched') for r in ran),
-            'mixed': len(mixed),
-            'mean_lowered': statistics.mean(r.get('lowered', 0) for r in mixed)
-            if mixed else 0.0,
-            'int8': sum(r.get('precision') == 'int8-dynamic' for r in ran),
-            'switched': sum(bool(r.get('switched')) for r in ran)}
+    mixed_modes = {name: {tier: plan_kinds(runs.get(tier, [])) for tier in tiers}
+                   for name, runs in planned.items() if runs}
     for tier in table:  # per-item scores stay in the runs
         for figures in table[tier].values():
             figures.pop('scores', None)
@@ -187,17 +212,18 @@ def main_fresh(args, argv) -> int:
             for i, item in enumerate(items):
                 # Rotate the order so no strategy always runs first after a pause.
                 for name in names[i % len(names):] + names[:i % len(names)]:
-                    node, mode = FRESH[name]
+                    node, mode, precision = FRESH[name]
                     runs[name].setdefault(tier, []).append(bench.run(
-                        node, item, tier_budget(tier, full[item.id]), getattr(G, mode)))
+                        node, item, tier_budget(tier, full[item.id]), getattr(G, mode),
+                        precision=precision))
             (out / 'partial.json').write_text(json.dumps(runs) + '\n', encoding='utf-8')
     finally:
         bench.stop()
     refs = {r['item']: r['text'] for r in runs['reference']}
-    new = {'mixed': runs['TimeBill with per-layer precision']}
+    planned = {name: runs[name] for name in names if FRESH[name][1] == 'MODE_AUTO'}
     table, mixed_modes = tables(args.tiers, items,
                                 lambda tier: {name: runs[name][tier] for name in names},
-                                refs, new)
+                                refs, planned)
     report = {'date': datetime.date.today().isoformat(), 'machine': machine(),
               'command': 'python -m timebill_ros.cli.bench_precision '
                          + ' '.join(argv if argv is not None else sys.argv[1:]),
@@ -281,7 +307,8 @@ def main(argv=None) -> int:
             'TimeBill, whole-model int8': old['auto'][tier],
             **{NEW[key][0]: new[key][tier] for key in NEW if tier in new.get(key, {})}}
         return {name: mine(runs) for name, runs in strategies.items()}
-    table, mixed_modes = tables(args.tiers, items, runs_of, refs, new)
+    table, mixed_modes = tables(args.tiers, items, runs_of, refs,
+                                {NEW['mixed'][0]: new.get('mixed', {})})
     report = {'date': datetime.date.today().isoformat(), 'machine': machine(),
               'command': 'python -m timebill_ros.cli.bench_precision '
                          + ' '.join(argv if argv is not None else sys.argv[1:]),

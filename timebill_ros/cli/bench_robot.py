@@ -94,13 +94,13 @@ class Bench:
             node.stop()
 
     def run(self, node: str, item, budget_s: float, mode: int, policy: int = 0,
-            eviction_ratio: float = 0.0) -> dict:
-        """Send one goal, wait for its end, return a plain record."""
+            eviction_ratio: float = 0.0, precision: str = '') -> dict:
+        """Send one goal (``precision``: pinned decode precision), return a plain record."""
         from timebill_ros.action import Instruct
         from timebill_ros.ros.client import make_goal, outcome_name
         run = self.clients[node].ask(
             make_goal(item.instruction, budget_s, item.context, policy=policy, mode=mode,
-                      eviction_ratio=eviction_ratio), budget_s + 180.0)
+                      eviction_ratio=eviction_ratio, precision=precision), budget_s + 180.0)
         if not run.accepted:
             return {'item': item.id, 'budget_s': budget_s, 'outcome': 'REJECTED',
                     'at': 'goal', 'met': False, 'e2e_s': 0.0, 'tokens': 0, 'text': '',

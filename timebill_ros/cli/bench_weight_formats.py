@@ -2,12 +2,15 @@
 
 ``python -m timebill_ros.cli.bench_weight_formats`` builds, from the float32 model, the
 copies the node can keep resident (``precision_variant``: int8-dynamic with torch.ao
-per-channel scales on a CPU, bfloat16, float16 on CUDA) and, when torchao is
-importable, torchao's int8 weight-only and int8 dynamic-activation formats (eager,
-no torch.compile: the node does not compile). It times the median decode step at two
-KV lengths and a prefill, format after format in rounds so a drift of the machine's
-speed lands on all. It is the measurement behind the
-choice of the int8 library and of the decode precisions (README, "Precision").
+per-channel scales and weight-only int8-weight on a CPU, bfloat16, float16 on CUDA) and,
+when torchao is importable, torchao's int8 weight-only and int8 dynamic-activation
+formats (eager, no torch.compile: the node does not compile). It times the median decode
+step at two KV lengths and a prefill, format after format in rounds so a drift of the
+machine's speed lands on all, and measures each format's next-token KL divergence from
+float32 (``runtime.precision.next_token_kl``: the prompt's last position and the next
+four greedy ones, on ``--kl-prompts`` robot-workload train items). It is the measurement
+behind the choice of the int8 library and of the decode precisions (README,
+"Precision").
 Outputs: results/weight_formats.{md,json}.
 """
 
@@ -34,12 +37,14 @@ def formats(full) -> dict:
     """
     from timebill_ros.runtime.model import ModelLoadError, precision_variant
     built = {'float32': full}
-    for dtype in ('int8-dynamic', 'bfloat16', 'float16'):
+    names = {'int8-dynamic': 'int8-dynamic (torch.ao)',
+             'int8-weight': 'int8-weight (aten int8pack)'}
+    for dtype in ('int8-dynamic', 'int8-weight', 'bfloat16', 'float16'):
         try:
             variant = precision_variant(full, dtype)
         except ModelLoadError:
             continue
-        built['int8-dynamic (torch.ao)' if dtype == 'int8-dynamic' else dtype] = variant
+        built[names.get(dtype, dtype)] = variant
     try:
         import torchao
         from torchao import quantization
@@ -51,6 +56,23 @@ def formats(full) -> dict:
         quantization.quantize_(model, getattr(quantization, config)())
         built[f'{name} ({torchao.__version__})'] = replace(full, model=model.eval())
     return built
+
+
+def divergences(built: dict, prompts: int) -> dict:
+    """Return {name: mean next-token KL(float32 || format)} on robot train prompts."""
+    if prompts <= 0:
+        return {}
+    import torch
+    from timebill_ros.evaluation import robot_workload
+    from timebill_ros.runtime.model import prompt_ids
+    from timebill_ros.runtime.precision import next_token_kl, reference_logp
+    full = built['float32']
+    items = robot_workload.load('train')[::7][:prompts]
+    ids = [prompt_ids(full.tokenizer, item.instruction, item.context) for item in items]
+    ids_list, refs = reference_logp(full.model, ids)
+    with torch.inference_mode():
+        return {name: next_token_kl(loaded.model, refs, ids_list)
+                for name, loaded in built.items()}
 
 
 def weight_mib(model) -> float:
@@ -71,6 +93,8 @@ def main(argv=None) -> int:
     parser.add_argument('--prefill', type=int, default=256)
     parser.add_argument('--threads', type=int, default=0, help='intra-op threads (0: default)')
     parser.add_argument('--device', default='cpu', help='cpu | cuda')
+    parser.add_argument('--kl-prompts', type=int, default=8,
+                        help='robot train items for the KL column (0: no KL)')
     parser.add_argument('--out', default=str(ROOT / 'results' / 'weight_formats'))
     args = parser.parse_args(argv)
     import torch
@@ -90,9 +114,10 @@ def main(argv=None) -> int:
                 samples[name]['prefill'].append(prefill_s(loaded, args.prefill, 0, 1))
             print(f'round {round_ + 1}/{args.rounds} done', flush=True)
         threads = torch.get_num_threads()
+    kl = divergences(built, args.kl_prompts)
     rows = {name: {'decode_ms': {n: statistics.median(s['decode'][n]) * 1e3 for n in args.kv},
                    'prefill_ms': statistics.median(s['prefill']) * 1e3,
-                   'weights_mib': weight_mib(built[name].model)}
+                   'weights_mib': weight_mib(built[name].model), 'kl': kl.get(name)}
             for name, s in samples.items()}
     base = rows['float32']
     lines = [f'# Weight formats on this machine ({datetime.date.today().isoformat()})', '',
@@ -101,13 +126,15 @@ def main(argv=None) -> int:
              f'{machine()}, device {args.device}, {threads} intra-op threads, '
              f'embedded model; medians of {args.rounds} interleaved rounds.', '',
              '| format | ' + ' | '.join(f'decode step at KV {n} (ms)' for n in args.kv)
-             + f' | prefill {args.prefill} tokens (ms) | weights (MiB) |',
-             '|---|' + '---|' * (len(args.kv) + 2)]
+             + f' | prefill {args.prefill} tokens (ms) | weights (MiB) | KL vs float32 |',
+             '|---|' + '---|' * (len(args.kv) + 3)]
     for name, row in rows.items():
         cells = [f"{row['decode_ms'][n]:.1f} ({base['decode_ms'][n] / row['decode_ms'][n]:.2f}x)"
                  for n in args.kv]
         cells.append(f"{row['prefill_ms']:.0f} ({base['prefill_ms'] / row['prefill_ms']:.2f}x)")
-        lines.append(f'| {name} | ' + ' | '.join(cells) + f" | {row['weights_mib']:.0f} |")
+        cells.append(f"{row['weights_mib']:.0f}")
+        cells.append('-' if row['kl'] is None else f"{row['kl']:.4f}")
+        lines.append(f'| {name} | ' + ' | '.join(cells) + ' |')
     lines += ['', '(x: speed relative to float32; above 1 is faster.)', '']
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

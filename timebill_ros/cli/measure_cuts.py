@@ -1,12 +1,15 @@
 """Measure what each quality cut does to the target model's answers on the train split.
 
 ``python -m timebill_ros.cli.measure_cuts`` answers every train item of the robot
-workload greedily with the full model, with the decode steps at int8, and under
-KV eviction at a few ratios (on prompts long enough for eviction to matter), and
-writes per cut the answer-length factor (sum of cut lengths / sum of full lengths)
-and the fidelity (mean ROUGE-L of the cut's answer against the full model's) to
-the shipped table the planner reads (timebill_ros/data/cut_effects.json), plus a
-report (results/cut_effects.{md,json}). The test split is never read.
+workload greedily with the full model, with the decode steps at each low precision
+(``--precisions``: int8-dynamic, int8-weight), and under KV eviction at a few ratios (on
+prompts long enough for eviction to matter), and writes per cut the answer-length factor
+(sum of cut lengths / sum of full lengths) and the fidelity (mean ROUGE-L of the cut's
+answer against the full model's) to the shipped table the planner reads
+(timebill_ros/data/cut_effects.json), plus a report (results/cut_effects.{md,json}). The
+test split is never read. ``--merge`` keeps the entries of the existing table this run
+does not measure (e.g. ``--alphas`` with no ratio and ``--precisions int8-weight`` adds
+one precision's row).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / 'timebill_ros' / 'data' / 'cut_effects.json'  # = core.cuts.SHIPPED
-INT8 = 'int8-dynamic'
+PRECISIONS = ('int8-dynamic', 'int8-weight')
 
 
 def answer(engine, ids, plan, max_new_tokens: int) -> tuple:
@@ -41,7 +44,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--model', default='embedded')
     parser.add_argument('--press', default='snapkv')
-    parser.add_argument('--alphas', type=float, nargs='+', default=[0.3, 0.6, 0.9])
+    parser.add_argument('--alphas', type=float, nargs='*', default=[0.3, 0.6, 0.9])
+    parser.add_argument('--precisions', nargs='*', default=list(PRECISIONS),
+                        choices=PRECISIONS)
+    parser.add_argument('--merge', action='store_true',
+                        help='keep the entries of --out that this run does not measure')
     parser.add_argument('--max-new-tokens', type=int, default=128)
     parser.add_argument('--min-evict-prompt', type=int, default=256,
                         help='measure eviction only on prompts this long: on shorter ones it '
@@ -65,12 +72,12 @@ def main(argv=None) -> int:
 
     started = time.monotonic()
     loaded = load_model(args.model)
-    engine = Engine(loaded, press_for_plan, variants={INT8: precision_variant(loaded, INT8)},
-                    decode_threads=1)
+    engine = Engine(loaded, press_for_plan, decode_threads=1, variants={
+        low: precision_variant(loaded, low) for low in args.precisions})
     items = robot_workload.load('train')[::max(1, args.every)]
     if args.limit:
         items = items[:args.limit]
-    cuts = {INT8: Plan(precision=INT8)}
+    cuts = {low: Plan(precision=low) for low in args.precisions}
     for alpha in args.alphas:
         cuts[f'evict {alpha:g}'] = Plan(mode=Mode.EVICTION, eviction_ratio=alpha,
                                         press=args.press)
@@ -112,13 +119,19 @@ def main(argv=None) -> int:
                  if f'evict {a:g}' in summary]
     source = (f'measure_cuts on {len(rows)} robot train items, model {loaded.name}, '
               f'press {args.press}, {time.strftime("%Y-%m-%d")}')
-    effects = CutEffects(
-        eviction_ratios=tuple(a for a, _ in evictions),
-        eviction=tuple(CutEffect(s['length_factor'], min(1.0, s['quality']))
-                       for _, s in evictions),
-        precision={INT8: CutEffect(summary[INT8]['length_factor'],
-                                   min(1.0, summary[INT8]['quality']))},
-        source=source)
+    precision = {low: CutEffect(summary[low]['length_factor'], min(1.0, summary[low]['quality']))
+                 for low in args.precisions if low in summary}
+    ratios = tuple(a for a, _ in evictions)
+    eviction = tuple(CutEffect(s['length_factor'], min(1.0, s['quality']))
+                     for _, s in evictions)
+    if args.merge and Path(args.out).exists():
+        old = CutEffects.load(Path(args.out))
+        precision = {**old.precision, **precision}
+        if not evictions:
+            ratios, eviction = old.eviction_ratios, old.eviction
+        source = f'{old.source}; {", ".join(summary)}: {source}'
+    effects = CutEffects(eviction_ratios=ratios, eviction=eviction, precision=precision,
+                         source=source)
     effects.save(Path(args.out))
     minutes = (time.monotonic() - started) / 60.0
     report = Path(args.report)

@@ -2,11 +2,12 @@
 
 ``python -m timebill_ros.cli.measure_precision`` (``make measure-precision``):
 
-1. KL(float32 || mix) of the next-token distribution (the prompt's last position and the
-   next ``--follow`` greedy ones) with each unit (decoder layer, then the LM head) alone
-   lowered to int8-dynamic, on calibration prompts: robot-workload train items and
-   long-context prompts (needle and SQuAD, seeds apart from the benchmarks'). Written to
-   the shipped table the planner reads (timebill_ros/data/precision_kl.json).
+1. KL(float32 || mix) of the next-token distribution (the prompt's last position and
+   the next ``--follow`` greedy ones) with each unit (decoder layer, then the LM head)
+   alone lowered to ``--low`` (int8-dynamic or int8-weight), on calibration prompts:
+   robot-workload train items and long-context prompts (needle and SQuAD, seeds apart
+   from the benchmarks'). Written to the shipped table the planner reads
+   (timebill_ros/data/precision_kl.json, or precision_kl.<low>.json).
 2. Additivity on held-out prompts (robot test items, other long-context seeds): for
    mixes the DP picks at several step budgets and a few random ones, the summed unit
    KL against the KL measured with that mix.
@@ -28,10 +29,10 @@ import statistics
 import sys
 import time
 from timebill_ros.cli.common import stamped_log
+from timebill_ros.core.precision import shipped_unit_kl
+from timebill_ros.runtime.model import FLOAT32_ACTIVATIONS
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = ROOT / 'timebill_ros' / 'data' / 'precision_kl.json'  # = core.precision.SHIPPED
-LOW = 'int8-dynamic'
 
 
 def weight_bytes(model) -> int:
@@ -72,12 +73,12 @@ def prompts(tokenizer, split: str, robot: int, long_items: int, seed: int) -> li
 def markdown(report: dict) -> str:
     """Render the README."""
     t, add = report['times'], report['additivity']
-    lines = [f"# Per-layer int8 precision ({report['date']})", '',
+    lines = [f"# Per-layer {report['low']} precision ({report['date']})", '',
              f"`{report['command']}` on {report['machine']}, {report['minutes']:.1f} min; "
              f"{report['calibration_prompts']} calibration prompts, "
              f"{report['heldout_prompts']} held-out prompts.", '',
              '## KL per lowered unit (calibration prompts)', '',
-             '| unit | KL | step share fp32 | step share int8 |', '|---|---|---|---|']
+             '| unit | KL | step share fp32 | step share low |', '|---|---|---|---|']
     for name, kl, sf, si in zip(report['unit_names'], report['unit_kl'],
                                 t['full_share'], t['low_share']):
         lines.append(f'| {name} | {kl:.4f} | {sf:.3f} | {si:.3f} |')
@@ -92,11 +93,11 @@ def markdown(report: dict) -> str:
     lines += ['', f"DP mixes: mean |error| {add['dp_mean_abs_error_pct']:.1f} %, within 25 % "
               f"for {add['dp_within_25']} of {add['dp_count']}.", '',
               '## Times and memory', '',
-              f"- decode step at 512 KV: float32 {t['full_step_ms']:.1f} ms, int8 "
+              f"- decode step at 512 KV: float32 {t['full_step_ms']:.1f} ms, {report['low']} "
               f"{t['low_step_ms']:.1f} ms (per-unit profile, 1 thread).",
               f"- switching a mix (reference swaps): median {t['switch_ms']:.3f} ms.",
               f"- DP per call (31 units): median {t['dp_ms']:.3f} ms.",
-              f"- resident weights: float32 {report['memory_mb']['full']:.0f} MB, int8 copy "
+              f"- resident weights: float32 {report['memory_mb']['full']:.0f} MB, low copy "
               f"{report['memory_mb']['low']:.0f} MB, shell 0 MB (references).", '',
               'Pareto front of the DP (step time at 512 KV vs predicted KL): pareto.png.']
     return '\n'.join(lines)
@@ -131,9 +132,17 @@ def main(argv=None) -> int:
     parser.add_argument('--long', type=int, default=4, help='long-context prompts per split')
     parser.add_argument('--follow', type=int, default=4)
     parser.add_argument('--threads', type=int, default=1, help='decode threads when timing')
-    parser.add_argument('--out', default=str(SHIPPED))
-    parser.add_argument('--report', default=str(ROOT / 'results' / 'precision'))
+    parser.add_argument('--low', default='int8-dynamic', choices=FLOAT32_ACTIVATIONS,
+                        help='the precision a unit is lowered to')
+    parser.add_argument('--out', default='', help='default: the shipped table for --low')
+    parser.add_argument('--report', default='',
+                        help='default: results/precision (int8-dynamic) or '
+                        'results/precision_<low>')
     args = parser.parse_args(argv)
+    low_name = args.low
+    args.out = args.out or str(shipped_unit_kl(low_name))
+    args.report = args.report or str(ROOT / 'results' / (
+        'precision' if low_name == 'int8-dynamic' else f'precision_{low_name}'))
     import numpy as np
     from timebill_ros.cli.bench_eviction import machine
     from timebill_ros.cli.bench_robot import write_outputs
@@ -145,7 +154,7 @@ def main(argv=None) -> int:
 
     log = stamped_log(started)
     full = load_model(args.model)
-    low = precision_variant(full, LOW)
+    low = precision_variant(full, low_name)
     mixed = MixedModel(full, low)
     calib = prompts(full.tokenizer, 'train', args.robot, args.long, seed=101)
     held = prompts(full.tokenizer, 'test', args.robot // 2, args.long, seed=202)
@@ -155,7 +164,7 @@ def main(argv=None) -> int:
     log(f"all-int8 KL {kl['all_low_kl']:.4f}, summed {sum(kl['unit_kl']):.4f}")
     full_times = unit_times(full, threads=args.threads)
     low_times = unit_times(low, threads=args.threads)
-    table = PrecisionTable(LOW, full_times, low_times, tuple(kl['unit_kl']),
+    table = PrecisionTable(low_name, full_times, low_times, tuple(kl['unit_kl']),
                            kl['all_low_kl'])
     kv = 512.0
     full_step, low_step = full_times.total(kv), low_times.total(kv)
@@ -193,7 +202,7 @@ def main(argv=None) -> int:
     switch = time_apply(mixed, [row['units'] for row in rows] * 10)
     full_share, low_share, _ = table.shares(kv)
     names = [f'layer {u}' for u in range(mixed.units - 1)] + ['lm_head']
-    table_out = {'source': full.name, 'low': LOW, 'units': mixed.units, 'unit_names': names,
+    table_out = {'source': full.name, 'low': low_name, 'units': mixed.units, 'unit_names': names,
                  'unit_kl': [float(v) for v in kl['unit_kl']],
                  'all_low_kl': float(kl['all_low_kl']), 'follow': args.follow,
                  'prompts': [label for label, _ in calib],

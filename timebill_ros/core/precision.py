@@ -32,6 +32,14 @@ HEAD = 'lm_head'
 SHIPPED = Path(__file__).resolve().parents[1] / 'data' / 'precision_kl.json'
 
 
+def shipped_unit_kl(low: str) -> Path:
+    """Return the shipped per-unit KL table for lowering to ``low``.
+
+    int8-dynamic's is ``precision_kl.json``; any other's ``precision_kl.<low>.json``.
+    """
+    return SHIPPED if low == 'int8-dynamic' else SHIPPED.with_name(f'precision_kl.{low}.json')
+
+
 @dataclass(frozen=True)
 class UnitTimes:
     """Per-unit step time at one precision: seconds = a + c * L / 1024 (L = KV length)."""

@@ -20,7 +20,14 @@ EMBEDDED_NAME = 'SmolLM2-135M-Instruct'
 # quantisation of every nn.Linear (activations are quantised on the fly): the CPU stand-in
 # for TimeBill's AWQ row. Per-channel scales: on 30 robot train items its answers matched
 # the float32 ones better than per-tensor scales (token-set F1 0.33 vs 0.29) at equal speed.
-DTYPES = ('float32', 'bfloat16', 'float16', 'int8-dynamic')
+# int8-weight: weight-only int8 (one scale per output channel); only the matmul's input
+# is rounded to bfloat16, everything between the Linears stays float32. Its answers stay
+# close to float32's where int8-dynamic's 8-bit activations derail them (README,
+# "Precision"; results/weight_formats).
+DTYPES = ('float32', 'bfloat16', 'float16', 'int8-dynamic', 'int8-weight')
+# Low precisions whose activations stay float32 between layers: their layers mix with
+# float32 layers per unit (runtime.precision.MixedModel) and share a float32 KV cache.
+FLOAT32_ACTIVATIONS = ('int8-dynamic', 'int8-weight')
 DEVICES = ('cpu', 'cuda', 'auto')
 
 
@@ -177,14 +184,14 @@ def load_model(source: str = EMBEDDED, device: str = 'cpu',
         dev = resolve_device(device)
         path, name = resolve_source(source)
         tok = AutoTokenizer.from_pretrained(path)
-        quantize = dtype == 'int8-dynamic'
+        quantize = QUANTISERS.get(dtype)
         if quantize and dev != 'cpu':
-            raise ModelLoadError('dtype int8-dynamic runs on the CPU only')
+            raise ModelLoadError(f'dtype {dtype} runs on the CPU only')
         model = AutoModelForCausalLM.from_pretrained(
             path, dtype=torch.float32 if quantize else getattr(torch, dtype))
         model.to(dev).eval()
         if quantize:
-            model = quantize_int8_dynamic(model)
+            model = quantize(model).eval()
     except ModelLoadError:
         raise
     except Exception as exc:  # noqa: BLE001 - report any loader failure with its cause
@@ -213,29 +220,48 @@ def quantize_int8_dynamic(model):
                                                       dtype=torch.qint8)
 
 
+def quantize_int8_weight(model):
+    """Replace every nn.Linear of ``model`` by its weight-only int8 form (in place).
+
+    A head tied to the input embeddings gets its own int8 copy; the embedding table stays
+    float32.
+    """
+    import torch
+    from timebill_ros.runtime.int8_weight import Int8WeightLinear
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, torch.nn.Linear):
+                setattr(module, name, Int8WeightLinear(child))
+    return model
+
+
+QUANTISERS = {'int8-dynamic': quantize_int8_dynamic, 'int8-weight': quantize_int8_weight}
+
+
 def precision_variant(loaded: LoadedModel, dtype: str) -> LoadedModel:
     """Return a copy of ``loaded`` at another precision, sharing its tokenizer (and lock).
 
-    From a float32 model: 'int8-dynamic' (CPU only; every Linear quantised once at
-    start), 'bfloat16' (CPU or CUDA) and 'float16' (CUDA only: CPU float16 kernels are
-    slow), cast once. Switching a goal to the copy is then a reference swap; its KV
-    cache is cast at the switch (``match_cache``).
+    From a float32 model: 'int8-dynamic' and 'int8-weight' (CPU only; every Linear
+    quantised once at start), 'bfloat16' (CPU or CUDA) and 'float16' (CUDA only: CPU
+    float16 kernels are slow), cast once. Switching a goal to the copy is then a reference
+    swap; its KV cache is cast at the switch (``match_cache``).
     """
     import copy
     import torch
     if loaded.dtype != 'float32':
         raise ModelLoadError(f'no {dtype} variant of a {loaded.dtype} model: variants are '
                              'built from a float32 model')
-    if dtype == 'int8-dynamic':
+    if dtype in QUANTISERS:
         if loaded.device != 'cpu':
-            raise ModelLoadError(f'int8-dynamic runs on the CPU only, not {loaded.device}')
-        model = quantize_int8_dynamic(copy.deepcopy(loaded.model)).eval()
+            raise ModelLoadError(f'{dtype} runs on the CPU only, not {loaded.device}')
+        model = QUANTISERS[dtype](copy.deepcopy(loaded.model)).eval()
     elif dtype in ('bfloat16', 'float16'):
         if dtype == 'float16' and not loaded.device.startswith('cuda'):
             raise ModelLoadError('float16 decoding runs on CUDA only (use bfloat16 on a CPU)')
         model = copy.deepcopy(loaded.model).to(getattr(torch, dtype)).eval()
     else:
-        raise ModelLoadError(f'no {dtype} variant (int8-dynamic, bfloat16, float16)')
+        raise ModelLoadError(f'no {dtype} variant (int8-dynamic, int8-weight, bfloat16, '
+                             'float16)')
     return LoadedModel(model=model, tokenizer=loaded.tokenizer, name=loaded.name,
                        device=loaded.device, dtype=dtype,
                        context_window=loaded.context_window, num_layers=loaded.num_layers,
@@ -245,7 +271,7 @@ def precision_variant(loaded: LoadedModel, dtype: str) -> LoadedModel:
 def match_cache(cache, model):
     """Cast ``cache`` in place to the dtype ``model`` computes in; return it.
 
-    A float32 prefill's cache serves an int8-dynamic copy as it is (its activations stay
+    A float32 prefill's cache serves an int8 copy as it is (its activations stay
     float32); a 16-bit copy needs its keys and values in 16 bits.
     """
     dtype = model.get_input_embeddings().weight.dtype

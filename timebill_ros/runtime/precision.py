@@ -114,7 +114,7 @@ def reference_logp(model, prompts: Sequence, follow: int = 4) -> tuple:
     ids_list, refs = [], []
     with torch.inference_mode():
         for prompt in prompts:
-            ids = torch.tensor([list(prompt)], dtype=torch.long)
+            ids = torch.tensor([list(prompt)], dtype=torch.long, device=model.device)
             for _ in range(follow):
                 nxt = model(input_ids=ids).logits[0, -1].argmax().view(1, 1)
                 ids = torch.cat([ids, nxt], dim=1)

@@ -17,14 +17,15 @@ from timebill_ros.core.cuts import CutEffects, SHIPPED as SHIPPED_CUT_EFFECTS
 from timebill_ros.core.early_exit import ExitRule, LayerTimes
 from timebill_ros.core.planning import (
     EarlyExitConfig, FullModelPlanner, MaxTokensPredictor, MixConfig, TimeBillPlanner)
-from timebill_ros.core.precision import PrecisionTable, SHIPPED as SHIPPED_PRECISION_KL, UnitKL
+from timebill_ros.core.precision import PrecisionTable, shipped_unit_kl, UnitKL
 from timebill_ros.core.profile import default_path, Profile
 from timebill_ros.core.request import Limits, Mode
 from timebill_ros.core.timing import OnlineBatchDrift, OnlineTimingModel
 from timebill_ros.runtime.early_exit import LayerwiseDecoder, measure_layer_times
 from timebill_ros.runtime.engine import Engine
 from timebill_ros.runtime.exit_heads import ExitHeads, SHIPPED_EXIT_HEADS
-from timebill_ros.runtime.model import cache_root, ModelLoadError, precision_variant
+from timebill_ros.runtime.model import (
+    cache_root, FLOAT32_ACTIVATIONS, ModelLoadError, precision_variant)
 from timebill_ros.runtime.precision import MixedModel, unit_times
 from timebill_ros.runtime.predictor import load_predictor, SHIPPED_HEAD
 from timebill_ros.runtime.presses import press_for_plan
@@ -201,13 +202,13 @@ class Assembly:
             self.log.warning(f'precision_mix needs a resident auto_precision copy '
                              f'({low!r} is not loaded): whole-model precision only')
             return None, None
-        if low != 'int8-dynamic':
+        if low not in FLOAT32_ACTIVATIONS:
             # Layers of two dtypes would hand each other mismatched hidden states.
-            self.log.warning(f'precision_mix needs auto_precision int8-dynamic (its '
-                             f'activations stay float32), not {low!r}: whole-model '
-                             'precision only')
+            self.log.warning(f'precision_mix needs auto_precision int8-dynamic or '
+                             f'int8-weight (their activations stay float32), not {low!r}: '
+                             'whole-model precision only')
             return None, None
-        path = SHIPPED_PRECISION_KL if choice == 'shipped' else Path(choice)
+        path = shipped_unit_kl(low) if choice == 'shipped' else Path(choice)
         table = UnitKL.load(path)  # ValueError: a broken file is a configuration error
         try:
             mixed = MixedModel(self.loaded, self.variants[low])
