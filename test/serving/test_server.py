@@ -544,6 +544,21 @@ def test_a_goal_refused_in_its_prefill_runs_anyway_only_when_none_waits(
         strict.stop()
 
 
+def test_int8_weight_mixes_read_their_own_shipped_table(loaded):
+    config = NodeConfig.from_dict({
+        'model': 'tiny-random', 'calibrate_on_start': False, 'warm_up': False,
+        'length_predictor': 'max-new-tokens', 'auto_precision': 'int8-weight',
+        'precision_mix': 'shipped'})
+    log = Log()
+    assembly = Assembly(config, loaded, log)
+    assert set(assembly.variants) == {'int8-weight'}
+    # The shipped int8-weight table was measured on the embedded model, not this one:
+    # refused by name, so the per-layer path read that file and not int8-dynamic's.
+    assert assembly.mixed is None
+    assert any('precision_kl.int8-weight.json' in line and 'int8-weight over' in line
+               for _, line in log.lines)
+
+
 def test_a_16_bit_auto_precision_copy_is_resident_and_takes_no_per_layer_mix(loaded):
     config = NodeConfig.from_dict({
         'model': 'tiny-random', 'calibrate_on_start': False, 'warm_up': False,

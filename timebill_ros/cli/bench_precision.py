@@ -12,8 +12,8 @@ switching) and runs TimeBill AUTO for real under Kill on two more nodes:
 
 ``--fresh`` instead runs every strategy in this run, interleaved goal by goal so a drift
 of the machine's speed lands on all of them: the full-model references (MODE_NONE, a
-generous budget) on the shipped node, then per tier and item each strategy of
-``FRESH`` (``--strategies``): MODE_NONE on the shipped node (full precision), on an
+generous budget) on the node without precision, then per tier and item each strategy
+of ``FRESH`` (``--strategies``): MODE_NONE on that node (full precision), on an
 int8-dynamic node (all-int8) and pinned to int8-weight decoding (all-int8-weight:
 float32 prefill, weight-only int8 decode steps); TimeBill AUTO without precision, with
 whole-model int8-dynamic or int8-weight (and the switch; once with
@@ -44,22 +44,23 @@ from timebill_ros.cli.common import stamped_log
 
 ROOT = Path(__file__).resolve().parents[2]
 NEW = {'noprec': ('TimeBill without precision', {'auto_precision': '', 'precision_mix': ''}),
-       'mixed': ('TimeBill with per-layer precision', {'precision_mix': 'shipped'})}
-NAMESPACES = {'noprec': '/prec_none', 'mixed': '/prec_mixed', 'shipped': '/prec_shipped',
+       'mixed': ('TimeBill with per-layer precision', {'auto_precision': 'int8-dynamic',
+                                                       'precision_mix': 'shipped'})}
+NAMESPACES = {'noprec': '/prec_none', 'mixed': '/prec_mixed',
               'int8': '/prec_int8', 'int8w': '/prec_int8w', 'int8w_dyn': '/prec_int8w_dyn',
               'mixed_w': '/prec_mixed_w', 'int8w_sw': '/prec_int8w_sw'}
-# --fresh: strategy -> (node, goal mode); the nodes' parameters over the shipped ones.
-# The shipped YAML's auto_precision may be either int8 format: name both nodes explicitly.
-FRESH_NODES = {'shipped': {}, 'int8': {'dtype': 'int8-dynamic', 'auto_precision': '',
-                                       'precision_mix': ''},
+# --fresh: the nodes' parameters over the shipped ones. Each names its auto_precision, so
+# a change of the shipped default changes no row. MODE_NONE never lowers precision: the
+# full-precision goals run on the noprec node.
+FRESH_NODES = {'int8': {'dtype': 'int8-dynamic', 'auto_precision': '', 'precision_mix': ''},
                'int8w': {'auto_precision': 'int8-weight', 'precision_mix': ''},
                'int8w_dyn': {'auto_precision': 'int8-dynamic', 'precision_mix': ''},
                'mixed_w': {'auto_precision': 'int8-weight', 'precision_mix': 'shipped'},
                'int8w_sw': {'auto_precision': 'int8-weight', 'precision_mix': '',
                             'min_switch_speedup': 1.2},
                **{key: params for key, (_, params) in NEW.items()}}
-# strategy -> (node, goal mode, pinned precision)
-FRESH = {'full precision': ('shipped', 'MODE_NONE', ''),
+# --fresh: strategy -> (node, goal mode, pinned precision)
+FRESH = {'full precision': ('noprec', 'MODE_NONE', ''),
          'all-int8': ('int8', 'MODE_NONE', ''),
          'all-int8-weight': ('int8w', 'MODE_NONE', 'int8-weight'),
          'TimeBill without precision': ('noprec', 'MODE_AUTO', ''),
@@ -204,7 +205,7 @@ def main_fresh(args, argv) -> int:
             if any(FRESH[name][0] == node for name in names):
                 bench.start(node, params)
         log('full-model references')
-        runs['reference'] = [bench.run('shipped', item, args.reference_budget, G.MODE_NONE)
+        runs['reference'] = [bench.run('noprec', item, args.reference_budget, G.MODE_NONE)
                              for item in items]
         full = {r['item']: r['e2e_s'] for r in runs['reference']}
         for tier in args.tiers:
