@@ -5,7 +5,8 @@ import random
 
 import pytest
 
-from timebill_ros.core.precision import fit_unit_times, Mix, PrecisionTable, UnitTimes
+from timebill_ros.core.precision import (
+    fit_unit_times, Mix, pick_int8, PrecisionTable, UnitTimes)
 
 
 def table(full, low, kl, all_low=None, rest=0.0):
@@ -85,3 +86,13 @@ def test_fidelity_and_length_follow_the_share_of_the_all_low_kl():
     assert t.fidelity(Mix((0,), 3, 0.1), 0.53) == pytest.approx(1 - 0.47 * 0.2)
     assert t.fidelity(Mix((0, 1, 2), 3, 0.4), 0.53) == pytest.approx(1 - 0.47 * 0.8)
     assert t.length_factor(Mix((0,), 3, 0.1), 1.5) == pytest.approx(1.1)
+
+
+def test_pick_int8_keeps_int8_weight_unless_int8_dynamic_is_clearly_faster():
+    assert pick_int8(0.030, 0.030) == 'int8-weight'
+    assert pick_int8(0.025, 0.030) == 'int8-weight'  # 1.2x: not worth its drift
+    assert pick_int8(0.020, 0.030) == 'int8-dynamic'  # 1.5x
+    assert pick_int8(0.030, 0.020) == 'int8-weight'
+    assert pick_int8(0.020, 0.030, margin=2.0) == 'int8-weight'
+    with pytest.raises(ValueError):
+        pick_int8(0.0, 0.03)

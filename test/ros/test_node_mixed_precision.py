@@ -36,7 +36,8 @@ def client(rclpy_context, tmp_path_factory, synthetic_profile):
     proc = NodeProcess({'model': 'tiny-random', 'profile': str(folder / 'tiny.yaml'),
                         'calibrate_on_start': False, 'length_predictor': 'max-new-tokens',
                         'cut_effects': str(folder / 'effects.json'),
-                        'precision_mix': str(folder / 'kl.json'), 'max_new_tokens': 20})
+                        'precision_mix': str(folder / 'kl.json'), 'max_new_tokens': 20,
+                        'auto_precision': 'int8-dynamic'})
     c = InstructClient(node_name='test_mixed_precision_client')
     c.wait_for_server(30)
     yield c, proc

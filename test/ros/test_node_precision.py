@@ -21,7 +21,8 @@ def client(rclpy_context, tmp_path_factory, synthetic_profile):
     synthetic_profile('int8-dynamic', 0.02).save(folder / 'tiny.int8-dynamic.yaml')  # 0.16 s
     proc = NodeProcess({'model': 'tiny-random', 'profile': str(folder / 'tiny.yaml'),
                         'calibrate_on_start': False, 'length_predictor': 'max-new-tokens',
-                        'cut_effects': '', 'max_new_tokens': 8})
+                        'cut_effects': '', 'max_new_tokens': 8,
+                        'auto_precision': 'int8-dynamic'})
     c = InstructClient(node_name='test_precision_client')
     c.wait_for_server(30)
     yield c, proc

@@ -1,12 +1,14 @@
 """The serving core without ROS: admission, schedulers, cancel, Skip-Next (tiny model)."""
 
 from dataclasses import replace
+import re
 import threading
 
 import pytest
 
 from timebill_ros.core.config import NodeConfig
 from timebill_ros.core.planning import Plan
+from timebill_ros.core.precision import pick_int8
 from timebill_ros.core.profile import Profile
 from timebill_ros.core.request import GoalSpec, Mode, Outcome, OverrunPolicy, Rejection
 from timebill_ros.runtime.model import load_model, prompt_ids
@@ -542,6 +544,27 @@ def test_a_goal_refused_in_its_prefill_runs_anyway_only_when_none_waits(
         assert alone.result.outcome == Outcome.REJECTED and alone.result.tokens == 0
     finally:
         strict.stop()
+
+
+def test_auto_precision_int8_keeps_the_one_int8_copy_its_timing_picks(loaded):
+    config = NodeConfig.from_dict({
+        'model': 'tiny-random', 'calibrate_on_start': False, 'warm_up': False,
+        'length_predictor': 'max-new-tokens', 'auto_precision': 'int8'})
+    log = Log()
+    assembly = Assembly(config, loaded, log)
+    assert len(assembly.variants) == 1
+    low = assembly.low_precision
+    assert low in ('int8-dynamic', 'int8-weight') and assembly.variants[low].dtype == low
+    line = next(line for _, line in log.lines if 'auto_precision int8: decode step' in line)
+    assert f'resident {low} copy' in line
+    # The logged step times are the ones the rule chose by.
+    times = re.findall(r'(int8-\w+) ([0-9.]+) ms', line)
+    assert pick_int8(*(float(ms) for _, ms in times)) == low
+    tokens = []
+    assembly.engine().generate(prompt_ids(loaded.tokenizer, 'Stop or go?'), 3,
+                               Plan(precision=low),
+                               lambda event: tokens.append(event.token_id) or True)
+    assert len(tokens) == 3
 
 
 def test_int8_weight_mixes_read_their_own_shipped_table(loaded):

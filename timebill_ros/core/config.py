@@ -95,14 +95,17 @@ PARAMS = (
           "AUTO with early exit missed deadlines the full model met, because early-exit "
           "answers differ from the full model's (often longer) and the layer-wise step saves "
           'less than the profile says (README, results/robot).'),
-    Param('auto_precision', 'int8-dynamic', "A lower precision MODE_AUTO may decode at when "
-          "the full model's answer is unlikely to fit: 'int8-dynamic' (int8 weights and "
-          "activations) or 'int8-weight' (int8 weights, float32 activations) keeps an "
-          "int8 copy of a float32 CPU model resident, 'bfloat16' (CPU or CUDA) or "
-          "'float16' (CUDA) a 16-bit copy whose KV cache is cast at the switch; prefill "
-          "stays float32. MODE_AUTO plans it only where its profiled step is "
-          "min_switch_speedup faster; '' disables it.",
-          choices=('', 'int8-dynamic', 'int8-weight', 'bfloat16', 'float16')),
+    Param('auto_precision', 'int8', "A lower precision MODE_AUTO may decode at when the "
+          "full model's answer is unlikely to fit; the prefill stays float32. 'int8': at "
+          "start, build both int8 copies of a float32 CPU model, time their decode steps "
+          "and keep int8-weight unless int8-dynamic is 1.25x faster; 'int8-weight' (int8 "
+          "weights, float32 activations: answers stay close to float32's) or "
+          "'int8-dynamic' (int8 weights and activations: faster on some CPUs, answers "
+          "drift) pin one; 'bfloat16' (CPU or CUDA) or 'float16' (CUDA) keep a 16-bit copy "
+          "whose KV cache is cast at the switch. MODE_AUTO plans it only where its "
+          "profiled step saves min_cut_saving (min_switch_speedup for a mid-answer "
+          "switch); '' disables it.",
+          choices=('', 'int8', 'int8-dynamic', 'int8-weight', 'bfloat16', 'float16')),
     Param('precision_mix', '', "Per-layer mixed precision for MODE_AUTO: the measured KL "
           "of lowering each layer and the LM head to auto_precision, from which a knapsack "
           "DP picks per goal the least-KL set of lowered layers that meets the deadline: "
@@ -192,7 +195,7 @@ class NodeConfig:
     min_switch_speedup: float = 1.5
     idle_best_effort: bool = True
     auto_early_exit: bool = False
-    auto_precision: str = 'int8-dynamic'
+    auto_precision: str = 'int8'
     precision_mix: str = ''
     cut_effects: str = 'shipped'
     decode_threads: int = -1

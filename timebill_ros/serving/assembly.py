@@ -8,6 +8,7 @@ a recalibration builds a new pipeline and the server swaps it in one assignment.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import math
 from pathlib import Path
 import threading
 from typing import Protocol
@@ -17,7 +18,8 @@ from timebill_ros.core.cuts import CutEffects, SHIPPED as SHIPPED_CUT_EFFECTS
 from timebill_ros.core.early_exit import ExitRule, LayerTimes
 from timebill_ros.core.planning import (
     EarlyExitConfig, FullModelPlanner, MaxTokensPredictor, MixConfig, TimeBillPlanner)
-from timebill_ros.core.precision import PrecisionTable, shipped_unit_kl, UnitKL
+from timebill_ros.core.precision import (
+    INT8_DYNAMIC_MARGIN, pick_int8, PrecisionTable, shipped_unit_kl, UnitKL)
 from timebill_ros.core.profile import default_path, Profile
 from timebill_ros.core.request import Limits, Mode
 from timebill_ros.core.timing import OnlineBatchDrift, OnlineTimingModel
@@ -86,6 +88,11 @@ class Assembly:
         return Engine(self.loaded, press_for_plan, exit_decoder=exit_decoder,
                       variants=self.variants, decode_threads=dict(self.decode_threads),
                       mixed=self.mixed)
+
+    @property
+    def low_precision(self) -> str:
+        """Return the resident copy's precision ('' when none; ``int8`` resolved)."""
+        return next(iter(self.variants), '')
 
     def threads(self, loaded) -> int:
         """Return the decode intra-op threads chosen for one resident model (0: as is)."""
@@ -185,6 +192,8 @@ class Assembly:
         if not precision or precision == self.loaded.dtype:
             return {}
         try:
+            if precision == 'int8':
+                return self._pick_int8()
             variant = precision_variant(self.loaded, precision)
         except ModelLoadError as exc:
             self.log.warning(f'auto_precision {precision!r} unavailable: {exc}')
@@ -192,15 +201,38 @@ class Assembly:
         self.log.info(f'resident {precision} copy for MODE_AUTO decoding')
         return {precision: variant}
 
+    def _pick_int8(self) -> dict:
+        """Build both int8 copies, time their decode steps, keep the one that pays here.
+
+        Which is faster depends on the CPU's kernels (core.precision.pick_int8); the
+        steps are timed twice, interleaved, at each copy's best thread count.
+        """
+        copies = {low: precision_variant(self.loaded, low)
+                  for low in ('int8-dynamic', 'int8-weight')}
+        best: dict = {}
+        with self.model_lock:
+            for _ in range(2):
+                for low, variant in copies.items():
+                    _, times = fastest_threads(variant)
+                    best[low] = min(best.get(low, math.inf), *times.values())
+        chosen = pick_int8(best['int8-dynamic'], best['int8-weight'])
+        self.log.info(f"auto_precision int8: decode step int8-dynamic "
+                      f"{best['int8-dynamic'] * 1e3:.1f} ms, int8-weight "
+                      f"{best['int8-weight'] * 1e3:.1f} ms: resident {chosen} copy for "
+                      f"MODE_AUTO decoding (int8-dynamic only when "
+                      f"{INT8_DYNAMIC_MARGIN:g}x faster)")
+        return {chosen: copies[chosen]}
+
     def _make_mixed(self) -> tuple:
         """Return (MixedModel, UnitKL) for per-layer precision, or (None, None) when off."""
         choice = self.config.precision_mix
-        low = self.config.auto_precision
+        low = self.low_precision
         if not choice:
             return None, None
         if low not in self.variants:
             self.log.warning(f'precision_mix needs a resident auto_precision copy '
-                             f'({low!r} is not loaded): whole-model precision only')
+                             f'({self.config.auto_precision!r} is not loaded): '
+                             'whole-model precision only')
             return None, None
         if low not in FLOAT32_ACTIVATIONS:
             # Layers of two dtypes would hand each other mismatched hidden states.
@@ -228,7 +260,7 @@ class Assembly:
         """Return the DP's table: unit times from the profile (measured now if absent)."""
         if self.mixed is None:
             return None
-        low = self.config.auto_precision
+        low = self.low_precision
         times = {}
         for precision, loaded in ((self.loaded.dtype, self.loaded), (low, self.variants[low])):
             found = profile.units_of(precision, self.mixed.units)
@@ -397,7 +429,7 @@ class Assembly:
                                   early_exit, config.tpot_jitter, config.plan_quantile,
                                   config.admit_probability, config.min_cut_saving,
                                   config.auto_early_exit, precisions, self.effects,
-                                  self._mix_from(profile) if self.config.auto_precision
+                                  self._mix_from(profile) if self.low_precision
                                   in online_variants else None,
                                   min_switch_speedup=config.min_switch_speedup)
         modes = {Mode.AUTO, Mode.NONE, Mode.EVICTION}
