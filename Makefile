@@ -13,8 +13,8 @@
 #   make bench-batch      batched decoding: bound and tokens/s through the node (results/batch)
 #   make bench-sched      FIFO / EDF / SVF from rosbag replays at several loads (results/sched)
 #   make measure-cuts     answer length + fidelity per quality cut (timebill_ros/data/cut_effects.json)
-#   make measure-precision  KL per int8 layer, additivity, unit times (timebill_ros/data/precision_kl.json)
-#   make bench-precision    robot workload: every precision strategy in one interleaved run (results/precision_fresh)
+#   make measure-precision  KL per int8 layer, additivity, unit times (BENCH_ARGS='--low int8-weight' for that format)
+#   make bench-precision    robot workload: the precision strategies in one interleaved run (results/precision_int8w)
 #   make bench-weight-formats  decode / prefill time per weight format, torchao if importable (results/weight_formats.md)
 #   make soak             30-minute mixed workload from a bag: RSS, threads, files, TPOT drift (results/soak)
 #   make device-check     scripts/device_check.sh (DEVICE=auto|cuda|cpu; figures in $$OUT or results/device_check)
@@ -106,7 +106,10 @@ measure-precision: build
 
 bench-precision: build
 	$(ENV) && exec python -m timebill_ros.cli.bench_precision --fresh --items 24 \
-	  --tiers 0.5x 0.75x 0.9x 1x --out results/precision_fresh $(BENCH_ARGS)
+	  --tiers 0.5x 0.75x 0.9x 1x --strategies 'full precision' all-int8 all-int8-weight \
+	  'TimeBill without precision' 'TimeBill, whole-model int8' \
+	  'TimeBill, whole-model int8-weight' 'TimeBill, int8-weight, switch at 1.2x' \
+	  'TimeBill with per-layer int8-weight' --out results/precision_int8w $(BENCH_ARGS)
 
 bench-weight-formats: build
 	$(ENV) && exec python -m timebill_ros.cli.bench_weight_formats --threads 2 $(BENCH_ARGS)
