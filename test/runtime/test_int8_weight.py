@@ -1,5 +1,7 @@
 """Weight-only int8 layers: rounding, the packed kernel, the copy, mixing and batching."""
 
+from dataclasses import replace
+
 import pytest
 
 torch = pytest.importorskip('torch')
@@ -55,7 +57,7 @@ def test_the_copy_equals_a_model_built_at_int8_weight_and_keeps_float32_elsewher
     assert torch.equal(mine, theirs)
     assert not torch.equal(mine, full) and torch.allclose(mine, full, atol=0.1)
     with pytest.raises(ModelLoadError, match='CPU only'):
-        precision_variant(type(tiny)(**{**tiny.__dict__, 'device': 'cuda'}), 'int8-weight')
+        precision_variant(replace(tiny, device='cuda'), 'int8-weight')
 
 
 def test_int8_weight_decodes_after_a_float32_prefill_alone_switched_and_mixed(tiny):

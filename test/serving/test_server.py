@@ -546,12 +546,17 @@ def test_a_goal_refused_in_its_prefill_runs_anyway_only_when_none_waits(
         strict.stop()
 
 
-def test_auto_precision_int8_keeps_the_one_int8_copy_its_timing_picks(loaded):
+def bare_assembly(loaded, **params):
+    """An Assembly of the tiny model, no calibration or warm-up; returns it and its log."""
     config = NodeConfig.from_dict({
         'model': 'tiny-random', 'calibrate_on_start': False, 'warm_up': False,
-        'length_predictor': 'max-new-tokens', 'auto_precision': 'int8'})
+        'length_predictor': 'max-new-tokens', **params})
     log = Log()
-    assembly = Assembly(config, loaded, log)
+    return Assembly(config, loaded, log), log
+
+
+def test_auto_precision_int8_keeps_the_one_int8_copy_its_timing_picks(loaded):
+    assembly, log = bare_assembly(loaded, auto_precision='int8')
     assert len(assembly.variants) == 1
     low = assembly.low_precision
     assert low in ('int8-dynamic', 'int8-weight') and assembly.variants[low].dtype == low
@@ -568,12 +573,8 @@ def test_auto_precision_int8_keeps_the_one_int8_copy_its_timing_picks(loaded):
 
 
 def test_int8_weight_mixes_read_their_own_shipped_table(loaded):
-    config = NodeConfig.from_dict({
-        'model': 'tiny-random', 'calibrate_on_start': False, 'warm_up': False,
-        'length_predictor': 'max-new-tokens', 'auto_precision': 'int8-weight',
-        'precision_mix': 'shipped'})
-    log = Log()
-    assembly = Assembly(config, loaded, log)
+    assembly, log = bare_assembly(loaded, auto_precision='int8-weight',
+                                  precision_mix='shipped')
     assert set(assembly.variants) == {'int8-weight'}
     # The shipped int8-weight table was measured on the embedded model, not this one:
     # refused by name, so the per-layer path read that file and not int8-dynamic's.
@@ -583,12 +584,8 @@ def test_int8_weight_mixes_read_their_own_shipped_table(loaded):
 
 
 def test_a_16_bit_auto_precision_copy_is_resident_and_takes_no_per_layer_mix(loaded):
-    config = NodeConfig.from_dict({
-        'model': 'tiny-random', 'calibrate_on_start': False, 'warm_up': False,
-        'length_predictor': 'max-new-tokens', 'auto_precision': 'bfloat16',
-        'precision_mix': 'shipped'})
-    log = Log()
-    assembly = Assembly(config, loaded, log)
+    assembly, log = bare_assembly(loaded, auto_precision='bfloat16',
+                                  precision_mix='shipped')
     assert set(assembly.variants) == {'bfloat16'} and assembly.mixed is None
     assert any('precision_mix needs auto_precision int8-dynamic' in line
                for _, line in log.lines)

@@ -22,9 +22,10 @@ class Int8WeightLinear(torch.nn.Module):
         """Quantise ``linear``'s weights (it is left untouched)."""
         super().__init__()
         weight = linear.weight.detach().float()
-        # The kernel takes bfloat16 scales: round each up past its float32 value (one
-        # bfloat16 step is 2 ** -8 relative) and quantise against the rounded scale, so
-        # every weight lies within half an int8 step of its float32 value.
+        # The kernel takes bfloat16 scales. Rounding to bfloat16 moves a value by up to
+        # 2 ** -8 of it, so a 2 ** -7 bump keeps each scale above its float32 value; the
+        # weights are quantised against the rounded scale, so each lies within half an
+        # int8 step of its float32 value and none needs clamping.
         amax = weight.abs().amax(dim=1).clamp(min=1e-12)
         scale = (amax / 127.0 * (1.0 + 2.0 ** -7)).to(torch.bfloat16)
         q = torch.round(weight / scale.float()[:, None]).clamp(-127, 127).to(torch.int8)
