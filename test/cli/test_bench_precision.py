@@ -2,7 +2,8 @@
 
 import math
 
-from timebill_ros.cli.bench_precision import fidelity, markdown, plan_kinds, STRATEGIES
+from timebill_ros.cli.bench_precision import (
+    fidelity, fresh_rounds, markdown, plan_kinds, STRATEGIES)
 
 
 def test_fidelity_scores_only_in_time_answers_against_the_full_answer():
@@ -39,3 +40,26 @@ def test_plan_kinds_counts_what_the_goals_that_ran_were_planned_at():
             {'outcome': 'REJECTED', 'precision': ''}]
     assert plan_kinds(runs) == {'full': 1, 'mixed': 1, 'mean_lowered': 4, 'int8': 1,
                                 'switched': 1}
+
+
+def test_fresh_rounds_set_each_budget_from_the_reference_just_before():
+    # The machine slows down as the run goes on: each goal takes longer than the last.
+    calls = []
+
+    def run(name, item, budget):
+        calls.append((name, item, budget))
+        return {'item': item, 'e2e_s': float(len(calls))}
+    runs = {'reference': {}, 'full precision': {}, 'all-int8': {}}
+    tiers_done = []
+    fresh_rounds(runs, ['0.5x', '1x'], ['a', 'b'], ['full precision', 'all-int8'], run, 60.0,
+                 tiers_done.append)
+    assert tiers_done == ['0.5x', '1x']
+    assert [c[0] for c in calls[:6]] == ['reference', 'full precision', 'all-int8',
+                                         'reference', 'all-int8', 'full precision']
+    references = [i for i, c in enumerate(calls) if c[0] == 'reference']
+    assert all(calls[i][2] == 60.0 for i in references)
+    for i in references:  # the strategies after a reference get its tier of its time
+        tier = 0.5 if i < 6 else 1.0
+        assert [c[2] for c in calls[i + 1:i + 3]] == [tier * (i + 1)] * 2
+    assert [r['e2e_s'] for r in runs['reference']['1x']] == [7.0, 10.0]
+    assert len(runs['all-int8']['0.5x']) == 2 and len(runs['full precision']['1x']) == 2

@@ -11,13 +11,14 @@ switching) and runs TimeBill AUTO for real under Kill on two more nodes:
   stay available).
 
 ``--fresh`` instead runs every strategy in this run, interleaved goal by goal so a drift
-of the machine's speed lands on all of them: the full-model references (MODE_NONE, a
-generous budget) on the node without precision, then per tier and item each strategy
-of ``FRESH`` (``--strategies``): MODE_NONE on that node (full precision), on an
-int8-dynamic node (all-int8) and pinned to int8-weight decoding (all-int8-weight:
-float32 prefill, weight-only int8 decode steps); TimeBill AUTO without precision, with
-whole-model int8-dynamic or int8-weight (and the switch; once with
-``min_switch_speedup`` 1.2), and per layer at either format. Alpha 0.5 is not run there.
+of the machine's speed lands on all of them: per tier and item, a full-model reference
+(MODE_NONE, a generous budget, on the node without precision) whose time sets the
+item's budget at that tier, then each strategy of ``FRESH`` (``--strategies``):
+MODE_NONE on that node (full precision), on an int8-dynamic node (all-int8) and pinned
+to int8-weight decoding (all-int8-weight: float32 prefill, weight-only int8 decode
+steps); TimeBill AUTO without precision, with whole-model int8-dynamic or int8-weight
+(and the switch; once with ``min_switch_speedup`` 1.2), and per layer at either format.
+Alpha 0.5 is not run there.
 
 Per tier and strategy: deadline met, false rejections, FAILED, task quality of in-time
 answers (exact match where the item has a reference, else ROUGE-L to the reference
@@ -91,7 +92,8 @@ def markdown(report: dict) -> str:
              f"`{report['command']}` on {report['machine']}; {report['items']} held-out items, "
              f"{report['minutes']:.1f} min; Kill. " + (
                  'Every strategy ran in this run, interleaved goal by goal; budgets are tiers '
-                 "of each item's full-model time measured at the start of the run."
+                 "of each item's full-model time (MODE_NONE on the node without precision), "
+                 "measured again just before the item's runs at each tier."
                  if report.get('fresh') else
                  f"Runs reused from `{report['reused']}` (measured on "
                  f"{report.get('reused_machine', '?')}) for full precision, all-int8, alpha "
@@ -182,6 +184,25 @@ def tables(tiers, items: list, runs_of, refs: dict, planned: dict) -> tuple:
     return table, mixed_modes
 
 
+def fresh_rounds(runs: dict, tiers, items: list, names: list, run, reference_budget: float,
+                 done=lambda tier: None) -> None:
+    """Fill ``runs``: per tier and item a reference, then each strategy at its budget.
+
+    ``run(name, item, budget)`` runs one goal ('reference' is the full model at
+    ``reference_budget``). The reference runs just before the item's strategies, so a
+    drift of the machine's speed over the run moves each budget with the runs it bounds.
+    """
+    for tier in tiers:
+        for i, item in enumerate(items):
+            reference = run('reference', item, reference_budget)
+            runs['reference'].setdefault(tier, []).append(reference)
+            budget = tier_budget(tier, reference['e2e_s'])
+            # Rotate the order so no strategy always runs first after the reference.
+            for name in names[i % len(names):] + names[:i % len(names)]:
+                runs[name].setdefault(tier, []).append(run(name, item, budget))
+        done(tier)
+
+
 def main_fresh(args, argv) -> int:
     """Run references and every strategy interleaved, then write the outputs."""
     from timebill_ros.action import Instruct
@@ -198,29 +219,27 @@ def main_fresh(args, argv) -> int:
     ensure_init()
     robot.NAMESPACES.update(NAMESPACES)
     bench = Bench(log)
-    runs: dict = {'reference': [], **{name: {} for name in FRESH}}  # unrun ones stay empty
+    runs: dict = {'reference': {}, **{name: {} for name in FRESH}}  # unrun ones stay empty
     names = ['full precision', *[n for n in args.strategies if n != 'full precision']]
+
+    def run(name: str, item, budget: float) -> dict:
+        if name == 'reference':
+            return bench.run('noprec', item, budget, G.MODE_NONE)
+        node, mode, precision = FRESH[name]
+        return bench.run(node, item, budget, getattr(G, mode), precision=precision)
+
+    def done(tier: str) -> None:
+        log(f'tier {tier} done')
+        (out / 'partial.json').write_text(json.dumps(runs) + '\n', encoding='utf-8')
+
     try:
         for node, params in FRESH_NODES.items():
             if any(FRESH[name][0] == node for name in names):
                 bench.start(node, params)
-        log('full-model references')
-        runs['reference'] = [bench.run('noprec', item, args.reference_budget, G.MODE_NONE)
-                             for item in items]
-        full = {r['item']: r['e2e_s'] for r in runs['reference']}
-        for tier in args.tiers:
-            log(f'tier {tier}: {len(items)} items x {len(names)} strategies')
-            for i, item in enumerate(items):
-                # Rotate the order so no strategy always runs first after a pause.
-                for name in names[i % len(names):] + names[:i % len(names)]:
-                    node, mode, precision = FRESH[name]
-                    runs[name].setdefault(tier, []).append(bench.run(
-                        node, item, tier_budget(tier, full[item.id]), getattr(G, mode),
-                        precision=precision))
-            (out / 'partial.json').write_text(json.dumps(runs) + '\n', encoding='utf-8')
+        fresh_rounds(runs, args.tiers, items, names, run, args.reference_budget, done)
     finally:
         bench.stop()
-    refs = {r['item']: r['text'] for r in runs['reference']}
+    refs = {r['item']: r['text'] for r in runs['reference'][args.tiers[0]]}
     planned = {name: runs[name] for name in names if FRESH[name][1] == 'MODE_AUTO'}
     table, mixed_modes = tables(args.tiers, items,
                                 lambda tier: {name: runs[name][tier] for name in names},
