@@ -20,7 +20,7 @@ def test_markdown_has_a_row_per_strategy_and_the_mix_counts():
     cell = {'met_rate': 0.5, 'false_rejections': 1, 'failed': 0, 'quality': 0.4,
             'fidelity': 0.8}
     report = {'date': 'd', 'command': 'c', 'machine': 'm', 'items': 2, 'minutes': 1.0,
-              'reused': 'r', 'tiers': ['1x'],
+              'reused': 'r', 'tiers': ['1x'], 'steal': {'1x': 0.123},
               'table': {'1x': {name: dict(cell) for name in STRATEGIES}},
               'mixed_modes': {'TimeBill with per-layer int8-weight': {
                   '1x': {'full': 1, 'mixed': 1, 'mean_lowered': 7.0, 'int8': 0,
@@ -30,6 +30,8 @@ def test_markdown_has_a_row_per_strategy_and_the_mix_counts():
         assert f'| {name} | 50% / 1 / 0 |' in text
     assert '0.40 / 0.80' in text and '| 1x | 1 | 1 | 7.0 | 0 | 0 |' in text
     assert '## What TimeBill with per-layer int8-weight ran' in text
+    assert 'while each tier ran: 1x 12%.' in text
+    assert 'CPU steal' not in markdown({**report, 'steal': {'1x': None}})
 
 
 def test_plan_kinds_counts_what_the_goals_that_ran_were_planned_at():

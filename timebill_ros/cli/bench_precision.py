@@ -41,7 +41,7 @@ from timebill_ros.cli.bench_eviction import machine
 from timebill_ros.cli.bench_robot import (
     Bench, replay_kill, shipped_params, summarise, tier_budget, write_outputs)
 from timebill_ros.evaluation import metrics, robot_workload
-from timebill_ros.cli.common import stamped_log
+from timebill_ros.cli.common import stamped_log, StealMeter
 
 ROOT = Path(__file__).resolve().parents[2]
 NEW = {'noprec': ('TimeBill without precision', {'auto_precision': '', 'precision_mix': ''}),
@@ -85,6 +85,15 @@ def fidelity(runs: list, refs: dict) -> float:
     return statistics.mean(scores) if scores else math.nan
 
 
+def steal_line(steal: dict, tiers) -> list:
+    """Return the README lines on the CPU time the host gave other guests, per tier."""
+    known = [t for t in tiers if steal.get(t) is not None]
+    if not known:
+        return []
+    return ['CPU steal (time the host gave other guests) while each tier ran: '
+            + ', '.join(f'{t} {steal[t]:.0%}' for t in known) + '.', '']
+
+
 def markdown(report: dict) -> str:
     """Render the README tables."""
     tiers = report['tiers']
@@ -100,6 +109,7 @@ def markdown(report: dict) -> str:
                  "0.5 and TimeBill with whole-model int8; budgets are the same tiers of that "
                  "run's full-model times for every strategy. Rows from another machine "
                  'compare only where its speeds match this one.'), '',
+             *steal_line(report.get('steal', {}), tiers),
              '## Deadline met / false rejections / FAILED', '',
              '| strategy | ' + ' | '.join(tiers) + ' |', '|---|' + '---|' * len(tiers)]
     names = [name for name in STRATEGIES if name in report['table'][tiers[0]]]
@@ -228,7 +238,10 @@ def main_fresh(args, argv) -> int:
         node, mode, precision = FRESH[name]
         return bench.run(node, item, budget, getattr(G, mode), precision=precision)
 
+    steal, meter = {}, StealMeter()
+
     def done(tier: str) -> None:
+        steal[tier] = meter.share()
         log(f'tier {tier} done')
         (out / 'partial.json').write_text(json.dumps(runs) + '\n', encoding='utf-8')
 
@@ -236,6 +249,7 @@ def main_fresh(args, argv) -> int:
         for node, params in FRESH_NODES.items():
             if any(FRESH[name][0] == node for name in names):
                 bench.start(node, params)
+        meter.share()  # the tiers' steal, not the start-up's
         fresh_rounds(runs, args.tiers, items, names, run, args.reference_budget, done)
     finally:
         bench.stop()
@@ -249,7 +263,8 @@ def main_fresh(args, argv) -> int:
                          + ' '.join(argv if argv is not None else sys.argv[1:]),
               'items': len(items), 'minutes': (time.monotonic() - started) / 60,
               'tiers': list(args.tiers), 'fresh': True, 'reused': '',
-              'shipped_params': shipped_params(), 'nodes': FRESH_NODES, 'table': table,
+              'shipped_params': shipped_params(), 'nodes': FRESH_NODES, 'steal': steal,
+              'table': table,
               'mixed_modes': mixed_modes, 'runs': runs}
     write_outputs(out, report, markdown, plot)
     return 0

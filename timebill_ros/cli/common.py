@@ -13,3 +13,39 @@ def stamped_log(started: float | None = None) -> Callable[[str], None]:
     def log(message: str) -> None:
         print(f'[{time.monotonic() - origin:7.1f} s] {message}', flush=True)
     return log
+
+
+def cpu_times(path: str = '/proc/stat') -> tuple | None:
+    """Return (steal, total) jiffies of all CPUs from ``path``, or None where it is absent."""
+    try:
+        with open(path, encoding='utf-8') as handle:
+            fields = handle.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != 'cpu' or len(fields) < 9:
+        return None
+    # user nice system idle iowait irq softirq steal [guest guest_nice]: guest time is
+    # already counted in user and nice.
+    values = [int(v) for v in fields[1:9]]
+    return values[7], sum(values)
+
+
+class StealMeter:
+    """Measure the share of CPU time the hypervisor gave to other guests (steal).
+
+    A virtual machine's speed swings with its neighbours' load; a benchmark that
+    reports the steal share of each phase shows which figures the host disturbed.
+    """
+
+    def __init__(self, read: Callable[[], tuple | None] = cpu_times):
+        """Start measuring from now."""
+        self._read = read
+        self._last = read()
+
+    def share(self) -> float | None:
+        """Return the steal share since the last call (or the start); None if unknown."""
+        now = self._read()
+        last, self._last = self._last, now
+        if now is None or last is None or now[1] <= last[1]:
+            return None
+        return (now[0] - last[0]) / (now[1] - last[1])
