@@ -2,7 +2,8 @@
 
 import torch
 
-from timebill_ros.cli.bench_weight_formats import divergences, formats, weight_mib
+from timebill_ros.cli.bench_weight_formats import (
+    ceiling, divergences, formats, matmul_split, weight_mib)
 from timebill_ros.runtime.model import load_model
 
 
@@ -23,3 +24,12 @@ def test_every_format_decodes_and_int8_weights_are_smaller():
     # others within float error of 0 too, so only their presence is checked here.
     assert set(kl) == set(built) and kl['float32'] == 0.0
     assert all(abs(value) < 1.0 for value in kl.values())
+
+
+def test_matmul_split_counts_the_weight_matmuls_of_each_format():
+    full = load_model('tiny-random')
+    built = formats(full)
+    for name in ('float32', 'int8-dynamic (torch.ao)', 'int8-weight (aten int8pack)'):
+        matmul, other = matmul_split(built[name], kv=8, steps=2)
+        assert matmul > 0.0 and other > 0.0, name
+    assert ceiling({'matmul_ms': 30.0, 'other_ms': 10.0}) == 4.0

@@ -8,7 +8,8 @@ formats (eager, no torch.compile: the node does not compile). It times the media
 step at two KV lengths and a prefill, format after format in rounds so a drift of the
 machine's speed lands on all, and measures each format's next-token KL divergence from
 float32 (``runtime.precision.next_token_kl``: the prompt's last position and the next
-four greedy ones, on ``--kl-prompts`` robot-workload train items). It is the measurement
+four greedy ones, on ``--kl-prompts`` robot-workload train items) and how each decode
+step splits into weight matmuls and other ops (``matmul_split``). It is the measurement
 behind the choice of the int8 library and of the decode precisions (README,
 "Precision").
 Outputs: results/weight_formats.{md,json}.
@@ -75,6 +76,39 @@ def divergences(built: dict, prompts: int) -> dict:
                 for name, loaded in built.items()}
 
 
+# Ops that multiply by a weight matrix, per format: float32/16-bit (mm, addmm), torch.ao
+# int8 (quantized::linear_dynamic) and weight-only int8 (the packed kernel).
+WEIGHT_MATMULS = ('aten::mm', 'aten::addmm', 'quantized::linear_dynamic',
+                  'aten::_weight_int8pack_mm')
+
+
+def matmul_split(loaded, kv: int = 64, steps: int = 8) -> tuple:
+    """Return (weight-matmul s, everything else s) per decode step at KV ``kv``.
+
+    torch.profiler's self CPU time of the ops in ``WEIGHT_MATMULS`` against that of
+    all other ops (norms, attention, rotary, cache, Python-side dispatch): a weight
+    format speeds up only the first part, so ``step / other`` bounds what any format
+    can gain over this one.
+    """
+    import torch
+    from torch.profiler import profile, ProfilerActivity
+    from transformers import DynamicCache
+    with torch.inference_mode():
+        cache = DynamicCache()
+        ids = torch.arange(kv, device=loaded.device)[None] % 1000 + 7
+        loaded.model(input_ids=ids, past_key_values=cache, use_cache=True)
+        token = torch.tensor([[100]], device=loaded.device)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for j in range(steps):
+                out = loaded.model(input_ids=token, past_key_values=cache, use_cache=True,
+                                   position_ids=torch.tensor([[kv + j]], device=loaded.device))
+                token = out.logits[:, -1:].argmax(-1)
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    matmul = sum(e.self_cpu_time_total for e in events if e.key in WEIGHT_MATMULS)
+    return matmul / steps / 1e6, (total - matmul) / steps / 1e6
+
+
 def weight_mib(model) -> float:
     """Return the MiB of a model's parameters and buffers (packed int8 weights included)."""
     import io
@@ -82,6 +116,12 @@ def weight_mib(model) -> float:
     buffer = io.BytesIO()
     torch.save(model.state_dict(), buffer)
     return buffer.tell() / 2 ** 20
+
+
+def ceiling(row: dict) -> float:
+    """Return the most a format could speed up ``row``'s step: its step over its other ops."""
+    return (row['matmul_ms'] + row['other_ms']) / row['other_ms'] if row['other_ms'] > 0 \
+        else float('inf')
 
 
 def main(argv=None) -> int:
@@ -114,10 +154,16 @@ def main(argv=None) -> int:
                 samples[name]['prefill'].append(prefill_s(loaded, args.prefill, 0, 1))
             print(f'round {round_ + 1}/{args.rounds} done', flush=True)
         threads = torch.get_num_threads()
+    split = {}
+    if full.device == 'cpu':  # on CUDA the profiler's CPU times are the launches only
+        with intra_op_threads(args.threads):
+            split = {name: matmul_split(loaded, args.kv[0]) for name, loaded in built.items()}
     kl = divergences(built, args.kl_prompts)
     rows = {name: {'decode_ms': {n: statistics.median(s['decode'][n]) * 1e3 for n in args.kv},
                    'prefill_ms': statistics.median(s['prefill']) * 1e3,
-                   'weights_mib': weight_mib(built[name].model), 'kl': kl.get(name)}
+                   'weights_mib': weight_mib(built[name].model), 'kl': kl.get(name),
+                   **({'matmul_ms': split[name][0] * 1e3, 'other_ms': split[name][1] * 1e3}
+                      if name in split else {})}
             for name, s in samples.items()}
     base = rows['float32']
     lines = [f'# Weight formats on this machine ({datetime.date.today().isoformat()})', '',
@@ -126,16 +172,23 @@ def main(argv=None) -> int:
              f'{machine()}, device {args.device}, {threads} intra-op threads, '
              f'embedded model; medians of {args.rounds} interleaved rounds.', '',
              '| format | ' + ' | '.join(f'decode step at KV {n} (ms)' for n in args.kv)
-             + f' | prefill {args.prefill} tokens (ms) | weights (MiB) | KL vs float32 |',
-             '|---|' + '---|' * (len(args.kv) + 3)]
+             + f' | prefill {args.prefill} tokens (ms) | weights (MiB) | KL vs float32 | '
+             f'weight matmuls / other ops per step at KV {args.kv[0]} (ms) |',
+             '|---|' + '---|' * (len(args.kv) + 4)]
     for name, row in rows.items():
         cells = [f"{row['decode_ms'][n]:.1f} ({base['decode_ms'][n] / row['decode_ms'][n]:.2f}x)"
                  for n in args.kv]
         cells.append(f"{row['prefill_ms']:.0f} ({base['prefill_ms'] / row['prefill_ms']:.2f}x)")
         cells.append(f"{row['weights_mib']:.0f}")
         cells.append('-' if row['kl'] is None else f"{row['kl']:.4f}")
+        cells.append(f"{row['matmul_ms']:.1f} / {row['other_ms']:.1f}" if 'matmul_ms' in row
+                     else '-')
         lines.append(f'| {name} | ' + ' | '.join(cells) + ' |')
     lines += ['', '(x: speed relative to float32; above 1 is faster.)', '']
+    if 'matmul_ms' in base:
+        lines += ['Weight matmuls / other ops: torch.profiler self CPU time per decode step. '
+                  'A weight format speeds up only the matmuls: even matmuls that took no time '
+                  f"would make float32's step at most {ceiling(base):.1f}x faster.", '']
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix('.md').write_text('\n'.join(lines), encoding='utf-8')
