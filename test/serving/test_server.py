@@ -8,7 +8,7 @@ import pytest
 
 from timebill_ros.core.config import NodeConfig
 from timebill_ros.core.planning import Plan
-from timebill_ros.core.precision import pick_int8
+from timebill_ros.core.precision import Int8Pick, pick_int8
 from timebill_ros.core.profile import Profile
 from timebill_ros.core.request import GoalSpec, Mode, Outcome, OverrunPolicy, Rejection
 from timebill_ros.runtime.model import load_model, prompt_ids
@@ -555,8 +555,9 @@ def bare_assembly(loaded, **params):
     return Assembly(config, loaded, log), log
 
 
-def test_auto_precision_int8_keeps_the_one_int8_copy_its_timing_picks(loaded):
-    assembly, log = bare_assembly(loaded, auto_precision='int8')
+def test_auto_precision_int8_keeps_the_one_int8_copy_its_timing_picks(loaded, tmp_path):
+    profile = str(tmp_path / 'tiny.yaml')
+    assembly, log = bare_assembly(loaded, auto_precision='int8', profile=profile)
     assert len(assembly.variants) == 1
     low = assembly.low_precision
     assert low in ('int8-dynamic', 'int8-weight') and assembly.variants[low].dtype == low
@@ -570,6 +571,22 @@ def test_auto_precision_int8_keeps_the_one_int8_copy_its_timing_picks(loaded):
                                Plan(precision=low),
                                lambda event: tokens.append(event.token_id) or True)
     assert len(tokens) == 3
+    # The pick's probe of the kept copy chose its decode threads: it is not probed again.
+    threads = [line for _, line in log.lines if 'decode steps:' in line]
+    assert len(threads) == 2 and f'{low} decode steps' in threads[1]
+    assert threads[1].endswith('(timed by the int8 pick)')
+    assert not threads[0].endswith('(timed by the int8 pick)')
+    # A restart reads the stored times and builds only the copy they pick.
+    stored = Int8Pick.load(tmp_path / 'tiny.int8-pick.yaml')
+    assert stored.chosen == low and stored.matches(loaded.name, loaded.device)
+    again, log = bare_assembly(loaded, auto_precision='int8', profile=profile)
+    assert list(again.variants) == [low]
+    assert not any('auto_precision int8: decode step' in line for _, line in log.lines)
+    assert any('as timed at an earlier start' in line for _, line in log.lines)
+    # Times for another device are not reused.
+    Int8Pick(loaded.name, 'cuda', 0.01, 0.05).save(tmp_path / 'tiny.int8-pick.yaml')
+    _, log = bare_assembly(loaded, auto_precision='int8', profile=profile)
+    assert any('auto_precision int8: decode step' in line for _, line in log.lines)
 
 
 def test_int8_weight_mixes_read_their_own_shipped_table(loaded):

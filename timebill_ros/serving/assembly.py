@@ -19,10 +19,10 @@ from timebill_ros.core.early_exit import ExitRule, LayerTimes
 from timebill_ros.core.planning import (
     EarlyExitConfig, FullModelPlanner, MaxTokensPredictor, MixConfig, TimeBillPlanner)
 from timebill_ros.core.precision import (
-    INT8_DYNAMIC_MARGIN, pick_int8, PrecisionTable, shipped_unit_kl, UnitKL)
+    INT8_DYNAMIC_MARGIN, Int8Pick, PrecisionTable, shipped_unit_kl, UnitKL)
 from timebill_ros.core.profile import default_path, Profile
 from timebill_ros.core.request import Limits, Mode
-from timebill_ros.core.timing import OnlineBatchDrift, OnlineTimingModel
+from timebill_ros.core.timing import fewest_threads, OnlineBatchDrift, OnlineTimingModel
 from timebill_ros.runtime.early_exit import LayerwiseDecoder, measure_layer_times
 from timebill_ros.runtime.engine import Engine
 from timebill_ros.runtime.exit_heads import ExitHeads, SHIPPED_EXIT_HEADS
@@ -71,11 +71,12 @@ class Assembly:
         """
         self.config, self.loaded, self.log = config, loaded, log
         self.model_lock = threading.Lock()
+        self.profile_path = Path(config.profile) if config.profile else default_path(
+            cache_root(), loaded.name, loaded.device, loaded.dtype)
+        self._probed: dict = {}  # precision -> {threads: step s} timed while building it
         self.variants = self._make_variants()
         self.mixed, self.unit_kl = self._make_mixed()
         self.exit_rule, self.exit_heads = self._make_exit_rule()
-        self.profile_path = Path(config.profile) if config.profile else default_path(
-            cache_root(), loaded.name, loaded.device, loaded.dtype)
         self.decode_threads: dict = {}  # precision -> intra-op threads of its decode steps
         if config.warm_up:
             self.engine().warm_up(press=config.press)
@@ -108,12 +109,18 @@ class Assembly:
         for precision, loaded in models.items():
             path = self.profile_path if loaded is self.loaded else \
                 self.variant_profile_path(precision)
-            with self.model_lock:
-                best, times = fastest_threads(loaded, keep=self._stored_threads(path, loaded))
+            keep = self._stored_threads(path, loaded)
+            times = self._probed.get(precision)  # the int8 pick timed it already
+            if times:
+                best = fewest_threads(times, keep=keep)
+            else:
+                with self.model_lock:
+                    best, times = fastest_threads(loaded, keep=keep)
             chosen[precision] = best
             self.log.info(f'{precision} decode steps: ' + ', '.join(
                 f'{n} thread(s) {t * 1e3:.1f} ms' for n, t in times.items()) +
-                f': decoding with {best}')
+                f': decoding with {best}' +
+                (' (timed by the int8 pick)' if precision in self._probed else ''))
         return chosen
 
     @staticmethod
@@ -201,12 +208,29 @@ class Assembly:
         self.log.info(f'resident {precision} copy for MODE_AUTO decoding')
         return {precision: variant}
 
+    def int8_pick_path(self) -> Path:
+        """Return where ``auto_precision: int8`` stores its timed pick: beside the profile."""
+        return self.profile_path.with_name(f'{self.profile_path.stem}.int8-pick.yaml')
+
     def _pick_int8(self) -> dict:
         """Build both int8 copies, time their decode steps, keep the one that pays here.
 
         Which is faster depends on the CPU's kernels (core.precision.pick_int8); the
-        steps are timed twice, interleaved, at each copy's best thread count.
+        steps are timed twice, interleaved, at each copy's best thread count. The times
+        are stored beside the profile, and a later start with a matching file builds
+        only the copy they pick (delete the file to time them again).
         """
+        path = self.int8_pick_path()
+        try:
+            pick = Int8Pick.load(path)
+        except ValueError:
+            pick = None
+        if pick is not None and pick.matches(self.loaded.name, self.loaded.device):
+            self.log.info(f'auto_precision int8: resident {pick.chosen} copy for MODE_AUTO '
+                          f'decoding, as timed at an earlier start ({path}: int8-dynamic '
+                          f'{pick.dynamic_step_s * 1e3:.1f} ms, int8-weight '
+                          f'{pick.weight_step_s * 1e3:.1f} ms)')
+            return {pick.chosen: precision_variant(self.loaded, pick.chosen)}
         copies = {low: precision_variant(self.loaded, low)
                   for low in ('int8-dynamic', 'int8-weight')}
         best: dict = {}
@@ -215,12 +239,20 @@ class Assembly:
                 for low, variant in copies.items():
                     _, times = fastest_threads(variant)
                     best[low] = min(best.get(low, math.inf), *times.values())
-        chosen = pick_int8(best['int8-dynamic'], best['int8-weight'])
+                    self._probed[low] = times  # the last round's, for the thread choice
+        pick = Int8Pick(self.loaded.name, self.loaded.device, best['int8-dynamic'],
+                        best['int8-weight'])
+        chosen = pick.chosen
+        self._probed = {chosen: self._probed[chosen]}
         self.log.info(f"auto_precision int8: decode step int8-dynamic "
                       f"{best['int8-dynamic'] * 1e3:.1f} ms, int8-weight "
                       f"{best['int8-weight'] * 1e3:.1f} ms: resident {chosen} copy for "
                       f"MODE_AUTO decoding (int8-dynamic only when "
                       f"{INT8_DYNAMIC_MARGIN:g}x faster)")
+        try:
+            pick.save(path)
+        except OSError as exc:
+            self.log.warning(f'cannot store the int8 pick at {path}: {exc}')
         return {chosen: copies[chosen]}
 
     def _make_mixed(self) -> tuple:
@@ -307,7 +339,9 @@ class Assembly:
         for precision, variant in self.variants.items():
             found = self._profile_for(variant, self.variant_profile_path(precision))
             if found is not None:
-                online_variants[precision] = self._online(found)
+                # One sample per goal: a copy that seldom runs must not take the speed of
+                # one goal's moment as its own (the machine's speed is the shared drift).
+                online_variants[precision] = self._online(found, steps_per_goal=1)
         return self.pipeline(profile, online_variants)
 
     def recalibrate(self, quick: bool, online_variants: dict) -> tuple:
@@ -365,10 +399,10 @@ class Assembly:
             f'{profile.heldout["decode_mape_pct"]:.2f}%; {where}')
         return profile
 
-    def _online(self, profile: Profile) -> OnlineTimingModel:
+    def _online(self, profile: Profile, steps_per_goal: int = 8) -> OnlineTimingModel:
         """Return an online-refit ETE seeded with a profile's measurements."""
         online = OnlineTimingModel(profile.timing_model(), self.config.ete_window,
-                                   self.config.ete_forgetting)
+                                   self.config.ete_forgetting, steps_per_goal)
         online.seed([tuple(p) for p in profile.prefill_points],
                     [tuple(p) for p in profile.decode_points])
         return online
