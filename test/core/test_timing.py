@@ -115,6 +115,50 @@ def test_online_drift_gain_zero_keeps_the_plain_refit():
         OnlineTimingModel(TRUE, drift_gain=1.5)
 
 
+def seeded(model: TimingModel, steps_per_goal: int = 8) -> OnlineTimingModel:
+    # Six points each, as a profile from timebill_calibrate holds.
+    online = OnlineTimingModel(model, steps_per_goal=steps_per_goal)
+    online.seed([(n, model.prefill(n)) for n in (32, 128, 256, 512, 1024, 2048)],
+                [(n, model.step(n)) for n in (16, 128, 256, 512, 1024, 2048)])
+    return online
+
+
+def test_a_variant_timed_in_a_slow_moment_recovers_from_the_main_models_goals():
+    fast = TimingModel(TRUE.a, TRUE.b, TRUE.c, TRUE.p * 0.8, TRUE.q * 0.8)  # 1.25x faster
+    # The node seeds a resident copy's ETE with one sample per goal (serving.assembly).
+    main, variant = seeded(TRUE), seeded(fast, steps_per_goal=1)
+    every = [main, variant]
+
+    def observe(ete, truth, slowdown):
+        before = ete.drift_decode
+        ete.observe(100, 0.0, 100, [truth.step(100 + i) * slowdown for i in range(31)])
+        ete.share_decode_drift(every, before)
+    observe(variant, fast, 1.4)  # the variant's one goal ran while another guest was busy
+    # The machine was slow for both; the variant keeps most of its own lead.
+    assert variant.model.step(100) > fast.step(100) * 1.1
+    assert main.model.step(100) > TRUE.step(100) * 1.1
+    assert main.model.step(100) / variant.model.step(100) > 1.1
+    for _ in range(4):  # the machine is back to its speed; only full-precision goals run
+        observe(main, TRUE, 1.0)
+    assert main.model.step(100) == pytest.approx(TRUE.step(100), rel=0.05)
+    # The variant followed: it is faster than the main model again, by about its own ratio.
+    ratio = main.model.step(100) / variant.model.step(100)
+    assert 1.1 < ratio < 1.3
+
+
+def test_shared_drift_keeps_each_precisions_own_speed_and_stays_clamped():
+    main, variant = seeded(TRUE), seeded(TRUE)
+    variant.share_decode_drift([main, variant], variant.drift_decode)  # unchanged: no-op
+    assert main.drift_decode == 1.0
+    variant.drift_decode = 2.0
+    variant.share_decode_drift([main, variant], 1.0)
+    assert main.drift_decode == 2.0 and variant.drift_decode == 2.0  # itself not rescaled
+    assert main.model.step(500) == pytest.approx(2.0 * main.fit.step(500))
+    assert main.model.prefill(500) == pytest.approx(main.fit.prefill(500))  # decode only
+    main.rescale_decode_drift(10.0)
+    assert main.drift_decode == 3.0
+
+
 def test_fit_batch_recovers_each_batch_size_and_extrapolates_past_the_last():
     from timebill_ros.core.timing import fit_batch
     truth = {1: (2e-6, 0.060), 2: (1.5e-6, 0.095), 3: (1.2e-6, 0.125), 4: (1.0e-6, 0.105)}

@@ -189,6 +189,29 @@ class OnlineTimingModel:
         ratio = min(3.0, max(1.0 / 3.0, measured / fitted))
         return (1.0 - self.drift_gain) * current + self.drift_gain * ratio
 
+    def share_decode_drift(self, others: Sequence['OnlineTimingModel'], before: float) -> None:
+        """Scale the others' decode drift by how much this model's moved since ``before``.
+
+        The models of one machine's precisions slow down and speed up together (another
+        guest's load, a clock change); a precision that seldom runs would otherwise keep
+        the speed of the moment it last ran, and one timed in a slow moment would look
+        not worth planning, never run and never learn otherwise. Each precision's own
+        shape stays in its fit, which its own steps refit.
+        """
+        if before <= 0.0 or self.drift_decode == before:
+            return
+        factor = self.drift_decode / before
+        for other in others:
+            if other is not self:
+                other.rescale_decode_drift(factor)
+
+    def rescale_decode_drift(self, factor: float) -> None:
+        """Multiply the decode drift by ``factor`` (clamped as the drift is) and re-scale."""
+        self.drift_decode = min(3.0, max(1.0 / 3.0, self.drift_decode * factor))
+        g = self.drift_decode
+        self.model = TimingModel(self.model.a, self.model.b, self.model.c,
+                                 self.fit.p * g, self.fit.q * g)
+
     def _refit(self) -> TimingModel:
         a, b, c = self.fit.a, self.fit.b, self.fit.c
         p, q = self.fit.p, self.fit.q

@@ -713,20 +713,26 @@ def learn_timing(pipeline: Pipeline, job: Job, result: JobResult) -> tuple:
         return 0.0, 0.0
     switched = pipeline.online_variants.get(result.switched_to)
     variant = pipeline.online_variants.get(result.plan.precision)
+    every = [online, *pipeline.online_variants.values()]
+
+    def observe(ete, prefill_s: float, kv: int, steps) -> None:
+        before = ete.drift_decode
+        ete.observe(n_x, prefill_s, kv, steps)
+        ete.share_decode_drift(every, before)  # the machine's speed moves every precision
     if switched is not None and result.switched_at >= 0:
         # Full-precision steps up to the switch, the fallback precision's after it.
         at, steps = result.switched_at, result.step_times
         estimate = model.prefill(n_x) + model.decode(result.kv_tokens, at + 1) + \
             switched.model.decode(result.kv_tokens + at, result.tokens - at)
-        online.observe(n_x, result.prefill_s, result.kv_tokens, steps[:at])
-        switched.observe(n_x, 0.0, result.kv_tokens + at, steps[at:])
+        observe(online, result.prefill_s, result.kv_tokens, steps[:at])
+        observe(switched, 0.0, result.kv_tokens + at, steps[at:])
     elif variant is not None:
         # Prefill ran at full precision, the decode steps on the variant.
         estimate = model.prefill(n_x) + variant.model.decode(result.kv_tokens, result.tokens)
         online.observe(n_x, result.prefill_s, result.kv_tokens, ())
-        variant.observe(n_x, 0.0, result.kv_tokens, result.step_times)
+        observe(variant, 0.0, result.kv_tokens, result.step_times)
     else:
         estimate = model.prefill(n_x) + model.decode(result.kv_tokens, result.tokens)
-        online.observe(n_x, result.prefill_s, result.kv_tokens, result.step_times)
+        observe(online, result.prefill_s, result.kv_tokens, result.step_times)
     actual = result.prefill_s + result.decode_s
     return estimate, (estimate - actual) / actual * 100.0
