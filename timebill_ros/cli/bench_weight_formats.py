@@ -144,7 +144,8 @@ def main(argv=None) -> int:
     from timebill_ros.runtime.profiler import time_decode_steps
     full = load_model('embedded', args.device)
     built = formats(full)
-    samples = {name: {'decode': {n: [] for n in args.kv}, 'prefill': []} for name in built}
+    samples = {name: {'decode': {n: [] for n in args.kv}, 'prefill': [], 'split': []}
+               for name in built}
     with intra_op_threads(args.threads):
         for round_ in range(args.rounds):
             for name, loaded in built.items():
@@ -152,12 +153,12 @@ def main(argv=None) -> int:
                 for n in args.kv:
                     samples[name]['decode'][n].append(steps[n][0])
                 samples[name]['prefill'].append(prefill_s(loaded, args.prefill, 0, 1))
+                if full.device == 'cpu':  # on CUDA the profiler's CPU times are launches
+                    samples[name]['split'].append(matmul_split(loaded, args.kv[0]))
             print(f'round {round_ + 1}/{args.rounds} done', flush=True)
         threads = torch.get_num_threads()
-    split = {}
-    if full.device == 'cpu':  # on CUDA the profiler's CPU times are the launches only
-        with intra_op_threads(args.threads):
-            split = {name: matmul_split(loaded, args.kv[0]) for name, loaded in built.items()}
+    split = {name: tuple(statistics.median(part) for part in zip(*s['split']))
+             for name, s in samples.items() if s['split']}
     kl = divergences(built, args.kl_prompts)
     rows = {name: {'decode_ms': {n: statistics.median(s['decode'][n]) * 1e3 for n in args.kv},
                    'prefill_ms': statistics.median(s['prefill']) * 1e3,
@@ -186,7 +187,8 @@ def main(argv=None) -> int:
         lines.append(f'| {name} | ' + ' | '.join(cells) + ' |')
     lines += ['', '(x: speed relative to float32; above 1 is faster.)', '']
     if 'matmul_ms' in base:
-        lines += ['Weight matmuls / other ops: torch.profiler self CPU time per decode step. '
+        lines += ['Weight matmuls / other ops: torch.profiler self CPU time per decode step '
+                  '(8 steps per round, medians over the rounds). '
                   'A weight format speeds up only the matmuls: even matmuls that took no time '
                   f"would make float32's step at most {ceiling(base):.1f}x faster.", '']
     out = Path(args.out)
