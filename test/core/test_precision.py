@@ -6,7 +6,7 @@ import random
 import pytest
 
 from timebill_ros.core.precision import (
-    fit_unit_times, Int8Pick, Mix, pick_int8, PrecisionTable, UnitTimes)
+    fit_unit_times, Mix, pick_int8, PrecisionTable, UnitTimes)
 
 
 def table(full, low, kl, all_low=None, rest=0.0):
@@ -86,28 +86,6 @@ def test_fidelity_and_length_follow_the_share_of_the_all_low_kl():
     assert t.fidelity(Mix((0,), 3, 0.1), 0.53) == pytest.approx(1 - 0.47 * 0.2)
     assert t.fidelity(Mix((0, 1, 2), 3, 0.4), 0.53) == pytest.approx(1 - 0.47 * 0.8)
     assert t.length_factor(Mix((0,), 3, 0.1), 1.5) == pytest.approx(1.1)
-
-
-def test_int8_pick_round_trips_and_recomputes_its_choice(tmp_path):
-    path = tmp_path / 'sub' / 'p.int8-pick.yaml'
-    pick = Int8Pick('m', 'cpu', 0.020, 0.030)
-    pick.save(path)
-    loaded = Int8Pick.load(path)
-    assert loaded == pick and loaded.chosen == 'int8-dynamic'
-    assert loaded.matches('m', 'cpu') and not loaded.matches('m', 'cuda')
-    assert Int8Pick('m', 'cpu', 0.030, 0.030).chosen == 'int8-weight'
-
-
-@pytest.mark.parametrize('text', ['', 'format: other\n', 'format: timebill-int8-pick/1\n',
-                                  'format: timebill-int8-pick/1\nmodel: m\ndevice: cpu\n'
-                                  'dynamic_step_s: 0\nweight_step_s: 0.03\n', '[1, 2'])
-def test_int8_pick_refuses_what_is_not_one(tmp_path, text):
-    path = tmp_path / 'p.yaml'
-    path.write_text(text)
-    with pytest.raises(ValueError):
-        Int8Pick.load(path)
-    with pytest.raises(ValueError):
-        Int8Pick.load(tmp_path / 'absent.yaml')
 
 
 def test_pick_int8_keeps_int8_weight_unless_int8_dynamic_is_clearly_faster():

@@ -8,8 +8,8 @@ import pytest
 
 from timebill_ros.core.config import NodeConfig
 from timebill_ros.core.planning import Plan
-from timebill_ros.core.precision import Int8Pick, pick_int8
-from timebill_ros.core.profile import Profile
+from timebill_ros.core.precision import pick_int8
+from timebill_ros.core.profile import Int8Pick, Profile
 from timebill_ros.core.request import GoalSpec, Mode, Outcome, OverrunPolicy, Rejection
 from timebill_ros.runtime.model import load_model, prompt_ids
 from timebill_ros.serving.assembly import Assembly

@@ -49,58 +49,6 @@ def pick_int8(dynamic_step_s: float, weight_step_s: float,
     return 'int8-dynamic' if dynamic_step_s * margin <= weight_step_s else 'int8-weight'
 
 
-@dataclass(frozen=True)
-class Int8Pick:
-    """The decode steps ``auto_precision: int8`` timed, stored so a restart need not.
-
-    The choice is recomputed from the times (``pick_int8``), so a change of the rule
-    applies to a stored pick too.
-    """
-
-    model: str
-    device: str
-    dynamic_step_s: float
-    weight_step_s: float
-
-    @property
-    def chosen(self) -> str:
-        """Return the int8 format these times pick."""
-        return pick_int8(self.dynamic_step_s, self.weight_step_s)
-
-    def matches(self, model: str, device: str) -> bool:
-        """Tell whether this pick was timed for this model on this device."""
-        return (self.model, self.device) == (model, device)
-
-    def save(self, path: Path) -> None:
-        """Write the pick as YAML (creating folders)."""
-        import yaml
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(
-            {'format': 'timebill-int8-pick/1', 'model': self.model, 'device': self.device,
-             'dynamic_step_s': self.dynamic_step_s, 'weight_step_s': self.weight_step_s},
-            sort_keys=False), encoding='utf-8')
-
-    @classmethod
-    def load(cls, path: Path) -> 'Int8Pick':
-        """Read a stored pick; raise ValueError if the file is absent or not one."""
-        import yaml
-        try:
-            data = yaml.safe_load(Path(path).read_text(encoding='utf-8'))
-        except (OSError, yaml.YAMLError) as exc:
-            raise ValueError(f'cannot read int8 pick {path}: {exc}') from exc
-        if not isinstance(data, dict) or data.get('format') != 'timebill-int8-pick/1':
-            raise ValueError(f'{path} is not a timebill int8 pick')
-        try:
-            pick = cls(str(data['model']), str(data['device']), float(data['dynamic_step_s']),
-                       float(data['weight_step_s']))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f'{path}: bad int8 pick ({exc})') from exc
-        if not (pick.dynamic_step_s > 0.0 and pick.weight_step_s > 0.0):
-            raise ValueError(f'{path}: decode step times must be positive')
-        return pick
-
-
 def shipped_unit_kl(low: str) -> Path:
     """Return the shipped per-unit KL table for lowering to ``low``.
 

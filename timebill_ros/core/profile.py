@@ -8,7 +8,7 @@ import re
 
 import yaml
 
-from timebill_ros.core.precision import UnitTimes
+from timebill_ros.core.precision import pick_int8, UnitTimes
 from timebill_ros.core.timing import BatchTimingModel, TimingModel
 
 FORMAT = 1
@@ -85,12 +85,7 @@ class Profile:
     @classmethod
     def load(cls, path: Path) -> 'Profile':
         """Read a profile; raise ValueError if the file is not one."""
-        try:
-            data = yaml.safe_load(Path(path).read_text(encoding='utf-8'))
-        except (OSError, yaml.YAMLError) as exc:
-            raise ValueError(f'cannot read profile {path}: {exc}') from exc
-        if not isinstance(data, dict) or data.get('format') != FORMAT:
-            raise ValueError(f'{path} is not a timebill profile (format {FORMAT})')
+        data = read_document(path, FORMAT, 'timebill profile')
         missing = {'a', 'b', 'c', 'p', 'q'} - set(data.get('coefficients') or {})
         if missing:
             raise ValueError(f'{path}: coefficients missing {sorted(missing)}')
@@ -102,3 +97,59 @@ def default_path(root: Path, model: str, device: str, dtype: str) -> Path:
     """Return where the profile of this model/device/dtype lives under ``root``."""
     slug = re.sub(r'[^A-Za-z0-9_.-]+', '_', f'{model}-{device}-{dtype}')
     return Path(root) / 'profiles' / f'{slug}.yaml'
+
+
+def read_document(path: Path, form, what: str) -> dict:
+    """Return the YAML mapping at ``path`` whose ``format`` is ``form``; else ValueError."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding='utf-8'))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f'cannot read {what} {path}: {exc}') from exc
+    if not isinstance(data, dict) or data.get('format') != form:
+        raise ValueError(f'{path} is not a {what} (format {form})')
+    return data
+
+
+@dataclass(frozen=True)
+class Int8Pick:
+    """The decode steps ``auto_precision: int8`` timed, stored so a restart need not.
+
+    The choice is recomputed from the times (``core.precision.pick_int8``), so a
+    change of the rule applies to a stored pick too.
+    """
+
+    model: str
+    device: str
+    dynamic_step_s: float
+    weight_step_s: float
+
+    FORMAT = 'timebill-int8-pick/1'
+
+    @property
+    def chosen(self) -> str:
+        """Return the int8 format these times pick."""
+        return pick_int8(self.dynamic_step_s, self.weight_step_s)
+
+    def matches(self, model: str, device: str) -> bool:
+        """Tell whether this pick was timed for this model on this device."""
+        return (self.model, self.device) == (model, device)
+
+    def save(self, path: Path) -> None:
+        """Write the pick as YAML (creating folders)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump({'format': self.FORMAT, **asdict(self)},
+                                       sort_keys=False), encoding='utf-8')
+
+    @classmethod
+    def load(cls, path: Path) -> 'Int8Pick':
+        """Read a stored pick; raise ValueError if the file is absent or not one."""
+        data = read_document(path, cls.FORMAT, 'timebill int8 pick')
+        try:
+            pick = cls(str(data['model']), str(data['device']), float(data['dynamic_step_s']),
+                       float(data['weight_step_s']))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f'{path}: bad int8 pick ({exc})') from exc
+        if not (pick.dynamic_step_s > 0.0 and pick.weight_step_s > 0.0):
+            raise ValueError(f'{path}: decode step times must be positive')
+        return pick

@@ -19,8 +19,8 @@ from timebill_ros.core.early_exit import ExitRule, LayerTimes
 from timebill_ros.core.planning import (
     EarlyExitConfig, FullModelPlanner, MaxTokensPredictor, MixConfig, TimeBillPlanner)
 from timebill_ros.core.precision import (
-    INT8_DYNAMIC_MARGIN, Int8Pick, PrecisionTable, shipped_unit_kl, UnitKL)
-from timebill_ros.core.profile import default_path, Profile
+    INT8_DYNAMIC_MARGIN, PrecisionTable, shipped_unit_kl, UnitKL)
+from timebill_ros.core.profile import default_path, Int8Pick, Profile
 from timebill_ros.core.request import Limits, Mode
 from timebill_ros.core.timing import fewest_threads, OnlineBatchDrift, OnlineTimingModel
 from timebill_ros.runtime.early_exit import LayerwiseDecoder, measure_layer_times
