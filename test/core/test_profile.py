@@ -25,3 +25,16 @@ def test_int8_pick_refuses_what_is_not_one(tmp_path, text):
         Int8Pick.load(path)
     with pytest.raises(ValueError):
         Int8Pick.load(tmp_path / 'absent.yaml')
+
+
+def test_read_errors_name_what_was_read(tmp_path):
+    from timebill_ros.core.profile import Profile
+    path = tmp_path / 'p.yaml'
+    path.write_text('not: [a, profile')
+    with pytest.raises(ValueError, match='cannot read profile'):
+        Profile.load(path)
+    with pytest.raises(ValueError, match='cannot read int8 pick'):
+        Int8Pick.load(path)
+    path.write_text('format: 0\n')
+    with pytest.raises(ValueError, match='is not a timebill profile'):
+        Profile.load(path)

@@ -85,7 +85,7 @@ class Profile:
     @classmethod
     def load(cls, path: Path) -> 'Profile':
         """Read a profile; raise ValueError if the file is not one."""
-        data = read_document(path, FORMAT, 'timebill profile')
+        data = read_document(path, FORMAT, 'profile')
         missing = {'a', 'b', 'c', 'p', 'q'} - set(data.get('coefficients') or {})
         if missing:
             raise ValueError(f'{path}: coefficients missing {sorted(missing)}')
@@ -106,7 +106,7 @@ def read_document(path: Path, form, what: str) -> dict:
     except (OSError, yaml.YAMLError) as exc:
         raise ValueError(f'cannot read {what} {path}: {exc}') from exc
     if not isinstance(data, dict) or data.get('format') != form:
-        raise ValueError(f'{path} is not a {what} (format {form})')
+        raise ValueError(f'{path} is not a timebill {what} (format {form})')
     return data
 
 
@@ -144,7 +144,7 @@ class Int8Pick:
     @classmethod
     def load(cls, path: Path) -> 'Int8Pick':
         """Read a stored pick; raise ValueError if the file is absent or not one."""
-        data = read_document(path, cls.FORMAT, 'timebill int8 pick')
+        data = read_document(path, cls.FORMAT, 'int8 pick')
         try:
             pick = cls(str(data['model']), str(data['device']), float(data['dynamic_step_s']),
                        float(data['weight_step_s']))
