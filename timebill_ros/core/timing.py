@@ -177,16 +177,20 @@ class OnlineTimingModel:
             self.drift_decode = self._drift(self.drift_decode, float(sum(step_times)),
                                             self.fit.decode(kv_after_prefill,
                                                             len(step_times) + 1))
+        self._scale()
+        return self.model
+
+    def _scale(self) -> None:
+        """Set ``model``: the fit scaled by the prefill and decode drift factors."""
         f, g = self.drift_prefill, self.drift_decode
         self.model = TimingModel(self.fit.a * f, self.fit.b * f, self.fit.c * f,
                                  self.fit.p * g, self.fit.q * g)
-        return self.model
 
     def _drift(self, current: float, measured: float, fitted: float) -> float:
         if fitted <= 0.0 or measured <= 0.0:
             return current
         # Clamped: one pathological goal (a suspended process) must not wreck plans.
-        ratio = min(3.0, max(1.0 / 3.0, measured / fitted))
+        ratio = _clamp_drift(measured / fitted)
         return (1.0 - self.drift_gain) * current + self.drift_gain * ratio
 
     def share_decode_drift(self, others: Sequence['OnlineTimingModel'], before: float) -> None:
@@ -207,10 +211,8 @@ class OnlineTimingModel:
 
     def rescale_decode_drift(self, factor: float) -> None:
         """Multiply the decode drift by ``factor`` (clamped as the drift is) and re-scale."""
-        self.drift_decode = min(3.0, max(1.0 / 3.0, self.drift_decode * factor))
-        g = self.drift_decode
-        self.model = TimingModel(self.model.a, self.model.b, self.model.c,
-                                 self.fit.p * g, self.fit.q * g)
+        self.drift_decode = _clamp_drift(self.drift_decode * factor)
+        self._scale()
 
     def _refit(self) -> TimingModel:
         a, b, c = self.fit.a, self.fit.b, self.fit.c
@@ -226,6 +228,10 @@ class OnlineTimingModel:
         except ValueError:
             pass
         return TimingModel(a, b, c, p, q)
+
+
+def _clamp_drift(factor: float) -> float:
+    return min(3.0, max(1.0 / 3.0, factor))
 
 
 def _xy(samples):
