@@ -34,7 +34,8 @@ REQUIREMENTS := $(ROOT)/requirements/ros2-kilted.txt $(ROOT)/requirements/python
                 $(ROOT)/requirements/dev.txt $(ROOT)/requirements/model-nodeps.txt
 ENV := cd "$(ROOT)" && . ./env.sh
 PARAMS ?= config/timebill.yaml
-PYTEST_ARGS ?=
+# The slowest tests are named in every run (CI log), so a test creeping up is seen early.
+PYTEST_ARGS ?= --durations=15
 # Only paths that exist (a clean clone may lack test/ early on), relative to ROOT.
 existing = $(patsubst $(ROOT)/%,%,$(wildcard $(addprefix $(ROOT)/,$(1))))
 LINT_PATHS = $(call existing,timebill_ros test scripts/timebill_node scripts/ete_in_node.py launch setup.py)

@@ -22,7 +22,11 @@ SENTENCES = [
 CONTEXT = ' '.join(SENTENCES[i % 5] + f' (note {i})' for i in range(335))
 INSTRUCTION = 'Repeat the notes above, one per line, starting from the first.'
 MAX_NEW = 512
-MARGIN = 0.10  # the node default: room for ETE error on the eviction side
+# Room for ETE error on the eviction side: twice the node default. The evicted goal's
+# slack is the margin wherever the budget lies, and on a shared 2-core VM the speed
+# swings by more than 10 % within one of these ~80 s goals (a clean-clone CI run at
+# 4ffe1b3 killed it 0.028 s past an 80 s budget after 495 of 512 tokens).
+MARGIN = 0.20
 ALPHA_MAX = 0.95  # the node default
 
 

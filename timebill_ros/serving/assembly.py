@@ -73,14 +73,14 @@ class Assembly:
         self.model_lock = threading.Lock()
         self.profile_path = Path(config.profile) if config.profile else default_path(
             cache_root(), loaded.name, loaded.device, loaded.dtype)
-        self._probed: dict = {}  # precision -> {threads: step s} timed while building it
-        self.variants = self._make_variants()
+        # probed: precision -> {threads: step s}, timed while building the copy (int8 pick).
+        self.variants, probed = self._make_variants()
         self.mixed, self.unit_kl = self._make_mixed()
         self.exit_rule, self.exit_heads = self._make_exit_rule()
         self.decode_threads: dict = {}  # precision -> intra-op threads of its decode steps
         if config.warm_up:
             self.engine().warm_up(press=config.press)
-        self.decode_threads = self._decode_threads()
+        self.decode_threads = self._decode_threads(probed)
         self.predictor = self._make_predictor(config.length_predictor)
         self.effects = self._load_cut_effects(config.cut_effects)
 
@@ -99,8 +99,12 @@ class Assembly:
         """Return the decode intra-op threads chosen for one resident model (0: as is)."""
         return self.decode_threads.get(loaded.dtype, 0)
 
-    def _decode_threads(self) -> dict:
-        """Return {precision: decode threads}: the parameter, or probed when it is -1."""
+    def _decode_threads(self, probed: dict) -> dict:
+        """Return {precision: decode threads}: the parameter, or probed when it is -1.
+
+        ``probed`` holds step times per thread count already measured for a precision
+        (by the int8 pick); those precisions are not timed again.
+        """
         setting = self.config.decode_threads
         models = {self.loaded.dtype: self.loaded, **self.variants}
         if setting >= 0:
@@ -110,7 +114,7 @@ class Assembly:
             path = self.profile_path if loaded is self.loaded else \
                 self.variant_profile_path(precision)
             keep = self._stored_threads(path, loaded)
-            times = self._probed.get(precision)  # the int8 pick timed it already
+            times = probed.get(precision)
             if times:
                 best = fewest_threads(times, keep=keep)
             else:
@@ -120,7 +124,8 @@ class Assembly:
             self.log.info(f'{precision} decode steps: ' + ', '.join(
                 f'{n} thread(s) {t * 1e3:.1f} ms' for n, t in times.items()) +
                 f': decoding with {best}' +
-                (' (timed by the int8 pick)' if precision in self._probed else ''))
+                (' (timed by the int8 pick, best of two rounds)' if precision in probed
+                 else ''))
         return chosen
 
     @staticmethod
@@ -193,32 +198,37 @@ class Assembly:
         self.log.info(f'length predictor {predictor.name} from {path}')
         return predictor
 
-    def _make_variants(self) -> dict:
-        """Quantise the resident copy MODE_AUTO may decode with ({} when off or unsupported)."""
+    def _make_variants(self) -> tuple:
+        """Quantise the resident copy MODE_AUTO may decode with ({} when off or unsupported).
+
+        Return (variants, probed): probed holds the decode step times per thread count
+        measured while choosing a copy ({} when none were).
+        """
         precision = self.config.auto_precision
         if not precision or precision == self.loaded.dtype:
-            return {}
+            return {}, {}
         try:
             if precision == 'int8':
                 return self._pick_int8()
             variant = precision_variant(self.loaded, precision)
         except ModelLoadError as exc:
             self.log.warning(f'auto_precision {precision!r} unavailable: {exc}')
-            return {}
+            return {}, {}
         self.log.info(f'resident {precision} copy for MODE_AUTO decoding')
-        return {precision: variant}
+        return {precision: variant}, {}
 
     def int8_pick_path(self) -> Path:
         """Return where ``auto_precision: int8`` stores its timed pick: beside the profile."""
         return self.profile_path.with_name(f'{self.profile_path.stem}.int8-pick.yaml')
 
-    def _pick_int8(self) -> dict:
+    def _pick_int8(self) -> tuple:
         """Build both int8 copies, time their decode steps, keep the one that pays here.
 
         Which is faster depends on the CPU's kernels (core.precision.pick_int8); the
         steps are timed twice, interleaved, at each copy's best thread count. The times
         are stored beside the profile, and a later start with a matching file builds
-        only the copy they pick (delete the file to time them again).
+        only the copy they pick (delete the file to time them again). Return
+        ({chosen: copy}, {chosen: {threads: best step s of the two rounds}}).
         """
         path = self.int8_pick_path()
         try:
@@ -230,20 +240,20 @@ class Assembly:
                           f'decoding, as timed at an earlier start ({path}: int8-dynamic '
                           f'{pick.dynamic_step_s * 1e3:.1f} ms, int8-weight '
                           f'{pick.weight_step_s * 1e3:.1f} ms)')
-            return {pick.chosen: precision_variant(self.loaded, pick.chosen)}
+            return {pick.chosen: precision_variant(self.loaded, pick.chosen)}, {}
         copies = {low: precision_variant(self.loaded, low)
                   for low in ('int8-dynamic', 'int8-weight')}
-        best: dict = {}
+        probed: dict = {low: {} for low in copies}  # low -> {threads: best step s}
         with self.model_lock:
             for _ in range(2):
                 for low, variant in copies.items():
                     _, times = fastest_threads(variant)
-                    best[low] = min(best.get(low, math.inf), *times.values())
-                    self._probed[low] = times  # the last round's, for the thread choice
+                    for threads, step_s in times.items():
+                        probed[low][threads] = min(probed[low].get(threads, math.inf), step_s)
+        best = {low: min(times.values()) for low, times in probed.items()}
         pick = Int8Pick(self.loaded.name, self.loaded.device, best['int8-dynamic'],
                         best['int8-weight'])
         chosen = pick.chosen
-        self._probed = {chosen: self._probed[chosen]}
         self.log.info(f"auto_precision int8: decode step int8-dynamic "
                       f"{best['int8-dynamic'] * 1e3:.1f} ms, int8-weight "
                       f"{best['int8-weight'] * 1e3:.1f} ms: resident {chosen} copy for "
@@ -253,7 +263,7 @@ class Assembly:
             pick.save(path)
         except OSError as exc:
             self.log.warning(f'cannot store the int8 pick at {path}: {exc}')
-        return {chosen: copies[chosen]}
+        return {chosen: copies[chosen]}, {chosen: probed[chosen]}
 
     def _make_mixed(self) -> tuple:
         """Return (MixedModel, UnitKL) for per-layer precision, or (None, None) when off."""
