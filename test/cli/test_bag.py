@@ -38,8 +38,23 @@ def test_write_then_show(capsys, tmp_path, storage):
     assert [i.instruction for i in items] == ['one', 'two', 'one', 'two', 'one']
     assert [i.budget_s for i in items] == [1.0, 4.0, 1.0, 4.0, 1.0]
     assert {(i.mode, i.policy, i.max_new_tokens) for i in items} == {(1, 1, 16)}
+    assert {(i.eviction_ratio, i.precision) for i in items} == {(0.0, '')}
     code, out, _ = run(capsys, 'show', str(tmp_path / 'w'))
-    assert code == 0 and out.count('req-') == 5
+    assert code == 0 and out.count('req-') == 5 and 'precision' not in out
+
+
+def test_write_carries_the_goals_planning_fields(capsys, tmp_path):
+    code, _, err = run(capsys, 'write', str(tmp_path / 'w'), '--pattern', 'periodic',
+                       '--count', '2', '--period', '1', '--budget', '3', '--mode', 'eviction',
+                       '--eviction-ratio', '0.5', '--expected-tokens', '12',
+                       '--token-deadline', '0.25', '--precision', 'int8-weight')
+    assert code == 0, err
+    items = bags.read_workload(tmp_path / 'w').items
+    assert {(i.eviction_ratio, i.expected_tokens, i.token_deadline_s, i.precision)
+            for i in items} == {(0.5, 12, 0.25, 'int8-weight')}
+    code, out, _ = run(capsys, 'show', str(tmp_path / 'w'))
+    assert code == 0 and out.count('precision int8-weight') == 2
+    assert 'eviction_ratio 0.5' in out and 'token_deadline 0.25' in out
 
 
 def test_poisson_with_builtin_instructions(capsys, tmp_path):

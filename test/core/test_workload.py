@@ -107,6 +107,10 @@ def test_make_workload_validates(kwargs, match):
     (dict(max_new_tokens=2**32), 'max_new_tokens must be in'),
     (dict(max_new_tokens=1.5), 'max_new_tokens must be an integer'),
     (dict(pessimistic_factor=-1.0), 'pessimistic_factor must be >= 0'),
+    (dict(eviction_ratio=math.nan), 'eviction_ratio must be finite'),
+    (dict(expected_tokens=-1), 'expected_tokens must be in'),
+    (dict(token_deadline_s=-0.5), 'token_deadline_s must be in'),
+    (dict(precision=8), 'precision must be a string'),
 ])
 def test_item_refuses_what_a_message_cannot_carry(kwargs, match):
     args = dict(id='a', instruction='hi', budget_s=1.0)
@@ -117,8 +121,10 @@ def test_item_refuses_what_a_message_cannot_carry(kwargs, match):
 
 def test_item_passes_through_what_the_node_judges():
     # The node rejects these with a reason; a workload may want to see that.
-    item = WorkloadItem('a', '', 0.0, mode=MODES['early_exit'])
+    item = WorkloadItem('a', '', 0.0, mode=MODES['early_exit'], eviction_ratio=2.0,
+                        precision='fp7')
     assert item.instruction == '' and item.budget_s == 0.0
+    assert item.eviction_ratio == 2.0 and item.precision == 'fp7'
 
 
 def test_check_workload_sorts_and_refuses_duplicate_ids():

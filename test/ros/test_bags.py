@@ -1,21 +1,25 @@
 """rosbag2 workloads through rosbags: round trips (sqlite3, MCAP) and clear errors for bad bags."""
 
+from pathlib import Path
 import shutil
 
 import pytest
 from rosbags.rosbag2 import StoragePlugin, Writer
+from rosbags.typesys import get_types_from_msg, get_typestore, Stores
 
 from timebill_ros.core.workload import make_workload, MODES, periodic_arrivals, \
     poisson_arrivals, POLICIES, WorkloadItem
 from timebill_ros.ros import bags
 
+ROOT = Path(__file__).resolve().parents[2]
 START = 1_750_000_000_123_456_789
 STORAGES = [('sqlite3', '.db3'), ('mcap', '.mcap')]
 ITEMS = [
     WorkloadItem('a', 'Say hello.', 2.5, 0.0, mode=MODES['none'], max_new_tokens=8),
     WorkloadItem('b', 'Long one, with unicode: héllo ✓', 0.15, 0.25, context='ctx ' * 50,
                  policy=POLICIES['skip_next'], mode=MODES['eviction'], max_new_tokens=4000,
-                 pessimistic_factor=1.5),
+                 pessimistic_factor=1.5, eviction_ratio=0.5, expected_tokens=7,
+                 token_deadline_s=0.25, precision='int8-weight'),
     WorkloadItem('c', '', 0.0, 0.25),
     WorkloadItem('d', 'Last.', 600.0, 3.1, policy=POLICIES['node_default']),
 ]
@@ -122,17 +126,63 @@ def test_wrong_message_type(tmp_path, storage, suffix):
         bags.read_workload(bag)
 
 
-def test_other_definition_of_the_type(tmp_path):
-    # Same type name, another definition (hash): decoding would misread the fields.
-    store = bags.typestore()
-    with Writer(tmp_path / 'old', version=9, storage_plugin=StoragePlugin.SQLITE3) as writer:
-        msgdef, _ = store.generate_msgdef(bags.INSTRUCTION, ros_version=2)
-        conn = writer.add_connection(bags.DEFAULT_TOPIC, bags.INSTRUCTION, msgdef=msgdef,
-                                     rihs01='RIHS01_' + '0' * 64)
-        writer.write(conn, START, bags.serialize(bags.instruction_msg(ITEMS[0], START),
-                                                 bags.INSTRUCTION))
+# The Instruction as recorded before the goal's planning fields were appended to it.
+EARLIER = '''std_msgs/Header header
+string id
+string instruction
+string context
+builtin_interfaces/Duration budget
+uint8 overrun_policy
+uint8 mode
+uint32 max_new_tokens
+float32 pessimistic_factor
+'''
+
+
+def _bag_of_definition(path, definition, fields):
+    """Write one Instruction of another definition (own typestore) and return the bag."""
+    store = get_typestore(Stores.ROS2_KILTED)
+    store.register(get_types_from_msg(definition, bags.INSTRUCTION))
+    cls = store.types[bags.INSTRUCTION]
+    header = store.types['std_msgs/msg/Header'](
+        stamp=store.types['builtin_interfaces/msg/Time'](sec=START // 10**9,
+                                                         nanosec=START % 10**9),
+        frame_id='')
+    msg = cls(header=header, **fields)
+    with Writer(path, version=9, storage_plugin=StoragePlugin.SQLITE3) as writer:
+        conn = writer.add_connection(bags.DEFAULT_TOPIC, bags.INSTRUCTION, typestore=store)
+        writer.write(conn, START, bytes(store.serialize_cdr(msg, bags.INSTRUCTION)))
+    return path
+
+
+def test_a_bag_of_the_earlier_instruction_reads_and_replays_as_todays(tmp_path):
+    from rclpy.serialization import deserialize_message
+    from timebill_ros.msg import Instruction
+    duration = get_typestore(Stores.ROS2_KILTED).types['builtin_interfaces/msg/Duration']
+    bag = _bag_of_definition(tmp_path / 'old', EARLIER, dict(
+        id='a', instruction='Say hello.', context='', budget=duration(sec=2, nanosec=500000000),
+        overrun_policy=1, mode=2, max_new_tokens=8, pessimistic_factor=1.5))
+    back = bags.read_workload(bag)
+    assert back.items == [WorkloadItem('a', 'Say hello.', 2.5, 0.0, policy=1, mode=2,
+                                       max_new_tokens=8, pessimistic_factor=1.5)]
+    # Replay publishes the bytes as they are: re-encoded in today's definition.
+    msg = deserialize_message(back.messages[0].raw, Instruction)
+    assert bags.item_from_msg(msg, 0.0) == back.items[0] and msg.precision == ''
+    assert msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec == START
+    # A bag this package recorded before the change (committed in results/) reads too.
+    committed = bags.read_workload(ROOT / 'results/sched/runs/edf+batch4-burst-0.8/workload_bag')
+    assert len(committed.items) == 20
+    assert all(i.precision == '' and i.eviction_ratio == 0.0 for i in committed.items)
+
+
+def test_another_definition_of_the_type(tmp_path):
+    # Same type name, fields that differ from ours (not a prefix): decoding would misread.
+    other = EARLIER.replace('builtin_interfaces/Duration budget', 'float64 budget')
+    bag = _bag_of_definition(tmp_path / 'other', other, dict(
+        id='a', instruction='Say hello.', context='', budget=2.5, overrun_policy=0, mode=0,
+        max_new_tokens=8, pessimistic_factor=0.0))
     with pytest.raises(bags.BagTypeError, match='another definition'):
-        bags.read_workload(tmp_path / 'old')
+        bags.read_workload(bag)
 
 
 def test_undecodable_message(tmp_path):

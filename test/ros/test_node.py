@@ -178,17 +178,31 @@ def test_instruction_topic_produces_response(client, recorder, wait_until):
     msg = Instruction(id='bag-0001', instruction='Name a colour.',
                       budget=Duration(sec=60), mode=G.MODE_NONE, max_new_tokens=4)
     bad = Instruction(id='bag-0002', instruction='', budget=Duration(sec=60))
+    # The goal's planning fields travel on the topic too, as a recorded stack sent them.
+    # (This node has no eviction: a fixed ratio shows as its rejection reason.)
+    fields = [dict(max_new_tokens=4, expected_tokens=3, precision='float32'),
+              dict(precision='fp7'), dict(mode=G.MODE_NONE, eviction_ratio=0.5),
+              dict(token_deadline=Duration(sec=120))]
+    planning = [Instruction(id=f'bag-000{i}', instruction='Name a colour.',
+                            budget=Duration(sec=60), **extra)
+                for i, extra in enumerate(fields, 3)]
     wait_until(lambda: recorder['pub'].get_subscription_count() > 0, 10, 'subscriber')
-    recorder['pub'].publish(msg)
-    recorder['pub'].publish(bad)
+    for message in (msg, bad, *planning):
+        recorder['pub'].publish(message)
 
     def response(rid):
         return next((r for r in recorder['responses'] if r.id == rid), None)
-    wait_until(lambda: response('bag-0001') and response('bag-0002'), 30, 'responses')
+    wait_until(lambda: all(response(f'bag-000{i}') for i in range(1, 7)), 30, 'responses')
     ok = response('bag-0001')
     assert ok.outcome == R.COMPLETED and ok.deadline_met and ok.tokens == 4 and ok.text
     assert response('bag-0002').outcome == R.REJECTED
     assert 'empty instruction' in response('bag-0002').reason
+    planned = response('bag-0003')
+    assert planned.outcome == R.COMPLETED, planned.reason
+    # (MODE_NONE here: the pin and the length show in test_node_precision.py.)
+    for rid, reason in (('bag-0004', 'fp7'), ('bag-0005', 'needs MODE_EVICTION'),
+                        ('bag-0006', 'token_deadline must be in')):
+        assert response(rid).outcome == R.REJECTED and reason in response(rid).reason, rid
     wait_until(lambda: any(t.request_id == 'bag-0001' for t in recorder['telemetry']), 10,
                'telemetry')
     tel = next(t for t in recorder['telemetry'] if t.request_id == 'bag-0001')

@@ -52,3 +52,39 @@ def test_auto_switches_to_int8_decoding_only_when_the_full_model_cannot_fit(clie
     pinned = c.ask(make_goal('Report the battery level.', 0.8, mode=G.MODE_NONE))
     assert pinned.accepted and pinned.result.plan.precision == ''
     assert pinned.result.plan.fallback_precision == ''
+
+
+def test_an_instruction_on_the_topic_carries_the_goals_pin_and_length(client):
+    # A recorded stack's Instruction replays with the same planning fields as its goal.
+    import threading
+    import time
+    import rclpy
+    from builtin_interfaces.msg import Duration
+    from rclpy.executors import SingleThreadedExecutor
+    from timebill_ros.msg import Instruction, Response
+    node = rclpy.create_node('test_precision_topic')
+    responses = []
+    node.create_subscription(Response, '/timebill/responses', responses.append, 10)
+    publisher = node.create_publisher(Instruction, '/timebill/instructions', 10)
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    thread = threading.Thread(target=executor.spin, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while publisher.get_subscription_count() == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        publisher.publish(Instruction(id='pinned', instruction='Report the battery level.',
+                                      budget=Duration(sec=5), mode=G.MODE_AUTO,
+                                      expected_tokens=3, precision='int8-dynamic'))
+        deadline = time.monotonic() + 30
+        while not responses and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert responses, 'no Response within 30 s'
+        response = responses[0]
+        assert response.id == 'pinned' and response.outcome == R.COMPLETED, response.reason
+        assert response.plan.precision == 'int8-dynamic'
+        assert response.plan.predictor == 'caller' and response.plan.predicted_tokens == 3
+    finally:
+        executor.shutdown(timeout_sec=2)
+        node.destroy_node()

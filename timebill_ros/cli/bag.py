@@ -68,6 +68,15 @@ def _parser() -> argparse.ArgumentParser:
     write.add_argument('--max-new-tokens', type=int, default=0, help='0 = node default')
     write.add_argument('--pessimistic-factor', type=float, default=0.0,
                        help='0 = node default')
+    write.add_argument('--eviction-ratio', type=float, default=0.0,
+                       help='fixed KV eviction ratio (MODE_EVICTION); 0 = the planner picks')
+    write.add_argument('--expected-tokens', type=int, default=0,
+                       help="the caller's answer-length estimate; 0 = the node predicts")
+    write.add_argument('--token-deadline', type=float, default=0.0, metavar='SECONDS',
+                       help='per-token deadline for streaming consumers; 0 = none')
+    write.add_argument('--precision', default='',
+                       help="pin the decode precision (e.g. float32, int8-weight); '' = the "
+                            "planner's choice")
     write.add_argument('--id-prefix', default='req', help='request ids: PREFIX-0000, ...')
     write.add_argument('--storage', choices=('sqlite3', 'mcap'), default='sqlite3',
                        help='bag storage (default: sqlite3)')
@@ -126,7 +135,10 @@ def _write(args) -> int:
     items = make_workload(times, args.budget, args.instruction or DEFAULT_INSTRUCTIONS,
                           policy=POLICIES[args.policy], mode=MODES[args.mode],
                           max_new_tokens=args.max_new_tokens, context=context,
-                          pessimistic_factor=args.pessimistic_factor, id_prefix=args.id_prefix)
+                          pessimistic_factor=args.pessimistic_factor, id_prefix=args.id_prefix,
+                          eviction_ratio=args.eviction_ratio,
+                          expected_tokens=args.expected_tokens,
+                          token_deadline_s=args.token_deadline, precision=args.precision)
     path = write_workload(args.out, items, topic=args.topic, storage=args.storage)
     span = items[-1].arrival_s if items else 0.0
     print(f'wrote {path}: {len(items)} instructions on {args.topic} over {span:.3f} s '
@@ -141,9 +153,16 @@ def _show(args) -> int:
     print(f'{workload.path}: {len(workload.messages)} instructions on {workload.topic}')
     for item in workload.items:
         text = item.instruction if len(item.instruction) <= 50 else item.instruction[:47] + '...'
+        # The planning fields only where a goal sets them (most leave them to the node).
+        planning = ''.join(f'{name} {value:g}  ' if not isinstance(value, str) else
+                           f'{name} {value}  ' for name, value in (
+                               ('eviction_ratio', item.eviction_ratio),
+                               ('expected_tokens', item.expected_tokens),
+                               ('token_deadline', item.token_deadline_s),
+                               ('precision', item.precision)) if value)
         print(f'{item.arrival_s:10.3f} s  {item.id}  budget {item.budget_s:g} s  '
               f'policy {item.policy}  mode {item.mode}  max_new_tokens {item.max_new_tokens}  '
-              f'{text!r}')
+              f'{planning}{text!r}')
     return 0
 
 

@@ -52,12 +52,17 @@ class WorkloadItem:
     # 0 = node default (as in the message).
     max_new_tokens: int = 0
     pessimistic_factor: float = 0.0
+    # The goal's planning fields; 0 / '' = the node decides (as in the message).
+    eviction_ratio: float = 0.0
+    expected_tokens: int = 0
+    token_deadline_s: float = 0.0
+    precision: str = ''
 
     def __post_init__(self):
         """Refuse values an Instruction message cannot carry."""
         if not isinstance(self.id, str) or not self.id:
             raise ValueError(f'id must be a non-empty string (got {self.id!r})')
-        for name in ('instruction', 'context'):
+        for name in ('instruction', 'context', 'precision'):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f'{name} must be a string (got {getattr(self, name)!r})')
         _check_real('budget_s', self.budget_s)
@@ -73,6 +78,14 @@ class WorkloadItem:
         _check_real('pessimistic_factor', self.pessimistic_factor)
         if self.pessimistic_factor < 0.0:
             raise ValueError(f'pessimistic_factor must be >= 0 (got {self.pessimistic_factor})')
+        # The node judges a ratio over alpha_max or an unknown precision; a float32 and a
+        # Duration carry any finite value, so only those are refused here.
+        _check_real('eviction_ratio', self.eviction_ratio)
+        _check_int('expected_tokens', self.expected_tokens, 0, UINT32_MAX)
+        _check_real('token_deadline_s', self.token_deadline_s)
+        if not 0.0 <= self.token_deadline_s <= MAX_BUDGET_S:
+            raise ValueError(f'token_deadline_s must be in [0, {MAX_BUDGET_S:.0f}] s '
+                             f'(got {self.token_deadline_s})')
 
 
 def _check_real(name: str, value) -> None:
@@ -176,7 +189,9 @@ def make_workload(arrival_s: Sequence[float], budget_s: float | Sequence[float],
                   instructions: Sequence[str] = DEFAULT_INSTRUCTIONS, *,
                   policy: int = POLICIES['kill'], mode: int = MODES['auto'],
                   max_new_tokens: int = 0, context: str = '',
-                  pessimistic_factor: float = 0.0, id_prefix: str = 'req') -> list:
+                  pessimistic_factor: float = 0.0, id_prefix: str = 'req',
+                  eviction_ratio: float = 0.0, expected_tokens: int = 0,
+                  token_deadline_s: float = 0.0, precision: str = '') -> list:
     """Return one WorkloadItem per arrival; instructions and budgets are cycled.
 
     Ids are ``<id_prefix>-0000``, ``<id_prefix>-0001``, ... in arrival order.
@@ -201,7 +216,9 @@ def make_workload(arrival_s: Sequence[float], budget_s: float | Sequence[float],
                          instruction=instructions[i % len(instructions)],
                          budget_s=float(budgets[i % len(budgets)]), arrival_s=float(t),
                          context=context, policy=policy, mode=mode,
-                         max_new_tokens=max_new_tokens, pessimistic_factor=pessimistic_factor)
+                         max_new_tokens=max_new_tokens, pessimistic_factor=pessimistic_factor,
+                         eviction_ratio=eviction_ratio, expected_tokens=expected_tokens,
+                         token_deadline_s=token_deadline_s, precision=precision)
             for i, t in enumerate(times)]
 
 

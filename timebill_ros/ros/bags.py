@@ -9,7 +9,8 @@ rosbag2 format version 9, sqlite3 (default) or MCAP, so ``ros2 bag play`` and
 Every failure to read a bag is a ``BagError`` subclass with a message that
 names the bag: ``BagNotFoundError``, ``BagFormatError`` (not a bag, truncated,
 corrupt, undecodable), ``BagTopicError`` (topic absent), ``BagTypeError``
-(topic of another message type or definition).
+(topic of another message type or definition). An Instruction recorded before
+fields were appended to it reads with its own definition; the new fields are 0 / ''.
 """
 
 from __future__ import annotations
@@ -157,18 +158,29 @@ def instruction_msg(item: WorkloadItem, stamp_ns: int):
     return store.types[INSTRUCTION](
         header=header, id=item.id, instruction=item.instruction, context=item.context,
         budget=_duration(store, item.budget_s), overrun_policy=item.policy, mode=item.mode,
-        max_new_tokens=item.max_new_tokens, pessimistic_factor=item.pessimistic_factor)
+        max_new_tokens=item.max_new_tokens, pessimistic_factor=item.pessimistic_factor,
+        eviction_ratio=item.eviction_ratio, expected_tokens=item.expected_tokens,
+        token_deadline=_duration(store, item.token_deadline_s), precision=item.precision)
+
+
+def _seconds(duration) -> float:
+    # Integer ns / 1e9 is correctly rounded: 0.15 s reads back as 0.15.
+    return (int(duration.sec) * 1_000_000_000 + int(duration.nanosec)) / 1e9
 
 
 def item_from_msg(msg, arrival_s: float) -> WorkloadItem:
     """Return the WorkloadItem of an Instruction message (rosbags or rclpy) at ``arrival_s``."""
+    deadline = getattr(msg, 'token_deadline', None)
     return WorkloadItem(
         id=msg.id, instruction=msg.instruction, context=msg.context,
-        # Integer ns / 1e9 is correctly rounded: 0.15 s reads back as 0.15.
-        budget_s=(int(msg.budget.sec) * 1_000_000_000 + int(msg.budget.nanosec)) / 1e9,
-        arrival_s=arrival_s, policy=int(msg.overrun_policy), mode=int(msg.mode),
-        max_new_tokens=int(msg.max_new_tokens),
-        pessimistic_factor=float(msg.pessimistic_factor))
+        budget_s=_seconds(msg.budget), arrival_s=arrival_s, policy=int(msg.overrun_policy),
+        mode=int(msg.mode), max_new_tokens=int(msg.max_new_tokens),
+        pessimistic_factor=float(msg.pessimistic_factor),
+        # Instructions recorded before these fields existed carry none: the node decides.
+        eviction_ratio=float(getattr(msg, 'eviction_ratio', 0.0)),
+        expected_tokens=int(getattr(msg, 'expected_tokens', 0)),
+        token_deadline_s=_seconds(deadline) if deadline is not None else 0.0,
+        precision=str(getattr(msg, 'precision', '')))
 
 
 def serialize(msg, msgtype: str) -> bytes:
@@ -277,6 +289,8 @@ def bag_topics(path) -> dict:
 def read_messages(path, topic: str, msgtype: str) -> list:
     """Return ``[(log_time_ns, message, cdr_bytes)]`` of ``topic`` in log-time order.
 
+    Messages recorded with an earlier definition of ``msgtype`` (this package's, before
+    fields were appended to it) decode with that definition; the bytes stay as recorded.
     Raises BagTopicError when the topic is absent, BagTypeError when it carries
     another type (or another definition of ``msgtype``), BagFormatError when a
     message cannot be decoded or fewer messages than recorded can be read.
@@ -287,13 +301,14 @@ def read_messages(path, topic: str, msgtype: str) -> list:
         if not connections:
             topics = ', '.join(sorted(reader.topics)) or 'none'
             raise BagTopicError(f'bag {path} has no topic {topic} (topics: {topics})')
-        _check_types(path, topic, msgtype, connections)
+        stores = _stores(path, topic, msgtype, connections)
         expected = sum(c.msgcount for c in connections)
         out = []
         try:
-            for _, log_time, raw in reader.messages(connections=connections):
+            for connection, log_time, raw in reader.messages(connections=connections):
                 raw = bytes(raw)
-                out.append((log_time, _decode(path, topic, msgtype, raw, len(out)), raw))
+                msg = _decode(stores[connection.id], path, topic, msgtype, raw, len(out))
+                out.append((log_time, msg, raw))
         except BagError:
             raise
         except Exception as exc:  # noqa: BLE001 - storage errors mid-read mean a damaged bag
@@ -307,23 +322,47 @@ def read_messages(path, topic: str, msgtype: str) -> list:
     return out
 
 
-def _check_types(path: Path, topic: str, msgtype: str, connections) -> None:
+def _stores(path: Path, topic: str, msgtype: str, connections) -> dict:
+    """Return {connection id: the typestore that decodes its messages}."""
     found = sorted({c.msgtype for c in connections})
     if found != [msgtype]:
         raise BagTypeError(f'bag {path}: topic {topic} carries {", ".join(found)}, '
                            f'not {msgtype}')
-    ours = typestore().hash_rihs01(msgtype)
+    ours = typestore()
+    digest = ours.hash_rihs01(msgtype)
+    stores = {}
     for connection in connections:
         # Older bags (Humble) record no hash; decoding then has to tell.
-        if connection.digest.startswith('RIHS01_') and connection.digest != ours:
+        if not connection.digest.startswith('RIHS01_') or connection.digest == digest:
+            stores[connection.id] = ours
+            continue
+        recorded = _recorded_store(connection, msgtype)
+        fields = ours.fielddefs[msgtype][1]
+        if recorded is None or recorded.fielddefs[msgtype][1] != \
+                fields[:len(recorded.fielddefs[msgtype][1])]:
             raise BagTypeError(
                 f'bag {path}: topic {topic} was recorded with another definition of '
-                f'{msgtype} ({connection.digest}; this package has {ours})')
+                f'{msgtype} ({connection.digest}; this package has {digest})')
+        stores[connection.id] = recorded  # an earlier form: our fields, fewer of them
+    return stores
 
 
-def _decode(path: Path, topic: str, msgtype: str, raw: bytes, index: int):
+def _recorded_store(connection, msgtype: str):
+    """Return a typestore of the definition a connection recorded (None: none usable)."""
+    data = getattr(connection.msgdef, 'data', '')
+    if not data:
+        return None
     try:
-        return deserialize(raw, msgtype)
+        store = get_typestore(Stores.ROS2_KILTED)
+        store.register(get_types_from_msg(data, msgtype))
+    except Exception:  # noqa: BLE001 - an unparsable or conflicting definition is foreign
+        return None
+    return store
+
+
+def _decode(store, path: Path, topic: str, msgtype: str, raw: bytes, index: int):
+    try:
+        return store.deserialize_cdr(raw, msgtype)
     except Exception as exc:  # noqa: BLE001 - any decoding failure means foreign data
         raise BagFormatError(f'bag {path}: message {index} on {topic} is not a valid '
                              f'{msgtype}: {_why(exc)}') from exc
@@ -341,12 +380,18 @@ def read_workload(path, topic: str = DEFAULT_TOPIC) -> WorkloadBag:
     if start_ns is None or (records and start_ns > records[0][0]):
         start_ns = records[0][0] if records else 0
     messages = []
+    current = typestore().types[INSTRUCTION]
     for log_time, msg, raw in records:
         try:
             item = item_from_msg(msg, (log_time - start_ns) / 1e9)
         except ValueError as exc:
             raise BagFormatError(f'bag {path}: Instruction at {log_time} ns on {topic} cannot '
                                  f'be replayed: {exc}') from exc
+        if not isinstance(msg, current):
+            # Recorded with an earlier definition: replay publishes today's, same values.
+            stamp = msg.header.stamp
+            raw = serialize(instruction_msg(item, int(stamp.sec) * 1_000_000_000 +
+                                            int(stamp.nanosec)), INSTRUCTION)
         messages.append(BagInstruction(log_time, item, raw))
     return WorkloadBag(path, topic, start_ns, messages)
 

@@ -38,11 +38,8 @@ def spec_from(msg, request_id: str = '') -> GoalSpec:
         overrun_policy=msg.overrun_policy, mode=msg.mode, max_new_tokens=msg.max_new_tokens,
         pessimistic_factor=msg.pessimistic_factor,
         request_id=request_id or getattr(msg, 'id', ''),
-        # The Instruction topic message does not carry these (yet): defaults.
-        eviction_ratio=getattr(msg, 'eviction_ratio', 0.0),
-        expected_tokens=getattr(msg, 'expected_tokens', 0),
-        token_deadline_s=duration_to_s(msg.token_deadline) if hasattr(msg, 'token_deadline')
-        else 0.0, precision=getattr(msg, 'precision', ''))
+        eviction_ratio=msg.eviction_ratio, expected_tokens=msg.expected_tokens,
+        token_deadline_s=duration_to_s(msg.token_deadline), precision=msg.precision)
 
 
 def plan_to_msg(plan: Plan) -> InferencePlan:
