@@ -54,10 +54,9 @@ def test_auto_switches_to_int8_decoding_only_when_the_full_model_cannot_fit(clie
     assert pinned.result.plan.fallback_precision == ''
 
 
-def test_an_instruction_on_the_topic_carries_the_goals_pin_and_length(client):
+def test_an_instruction_on_the_topic_carries_the_goals_pin_and_length(client, wait_until):
     # A recorded stack's Instruction replays with the same planning fields as its goal.
     import threading
-    import time
     import rclpy
     from builtin_interfaces.msg import Duration
     from rclpy.executors import SingleThreadedExecutor
@@ -71,16 +70,11 @@ def test_an_instruction_on_the_topic_carries_the_goals_pin_and_length(client):
     thread = threading.Thread(target=executor.spin, daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 10
-        while publisher.get_subscription_count() == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: publisher.get_subscription_count() > 0, 10, 'the node subscribing')
         publisher.publish(Instruction(id='pinned', instruction='Report the battery level.',
                                       budget=Duration(sec=5), mode=G.MODE_AUTO,
                                       expected_tokens=3, precision='int8-dynamic'))
-        deadline = time.monotonic() + 30
-        while not responses and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert responses, 'no Response within 30 s'
+        wait_until(lambda: responses, 30, 'a Response')
         response = responses[0]
         assert response.id == 'pinned' and response.outcome == R.COMPLETED, response.reason
         assert response.plan.precision == 'int8-dynamic'

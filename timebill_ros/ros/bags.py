@@ -163,9 +163,14 @@ def instruction_msg(item: WorkloadItem, stamp_ns: int):
         token_deadline=_duration(store, item.token_deadline_s), precision=item.precision)
 
 
+def _ns(stamp) -> int:
+    """Return a Time or Duration message (rosbags or rclpy) in integer nanoseconds."""
+    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
+
+
 def _seconds(duration) -> float:
     # Integer ns / 1e9 is correctly rounded: 0.15 s reads back as 0.15.
-    return (int(duration.sec) * 1_000_000_000 + int(duration.nanosec)) / 1e9
+    return _ns(duration) / 1e9
 
 
 def item_from_msg(msg, arrival_s: float) -> WorkloadItem:
@@ -330,6 +335,7 @@ def _stores(path: Path, topic: str, msgtype: str, connections) -> dict:
                            f'not {msgtype}')
     ours = typestore()
     digest = ours.hash_rihs01(msgtype)
+    fields = ours.fielddefs[msgtype][1]
     stores = {}
     for connection in connections:
         # Older bags (Humble) record no hash; decoding then has to tell.
@@ -337,9 +343,8 @@ def _stores(path: Path, topic: str, msgtype: str, connections) -> dict:
             stores[connection.id] = ours
             continue
         recorded = _recorded_store(connection, msgtype)
-        fields = ours.fielddefs[msgtype][1]
-        if recorded is None or recorded.fielddefs[msgtype][1] != \
-                fields[:len(recorded.fielddefs[msgtype][1])]:
+        theirs = recorded.fielddefs[msgtype][1] if recorded is not None else None
+        if not theirs or theirs != fields[:len(theirs)]:
             raise BagTypeError(
                 f'bag {path}: topic {topic} was recorded with another definition of '
                 f'{msgtype} ({connection.digest}; this package has {digest})')
@@ -389,9 +394,7 @@ def read_workload(path, topic: str = DEFAULT_TOPIC) -> WorkloadBag:
                                  f'be replayed: {exc}') from exc
         if not isinstance(msg, current):
             # Recorded with an earlier definition: replay publishes today's, same values.
-            stamp = msg.header.stamp
-            raw = serialize(instruction_msg(item, int(stamp.sec) * 1_000_000_000 +
-                                            int(stamp.nanosec)), INSTRUCTION)
+            raw = serialize(instruction_msg(item, _ns(msg.header.stamp)), INSTRUCTION)
         messages.append(BagInstruction(log_time, item, raw))
     return WorkloadBag(path, topic, start_ns, messages)
 
