@@ -114,6 +114,15 @@ class Planner(Protocol):
         batch: ``BatchTimingModel.member``).
         """
 
+    def estimate_s(self, plan: Plan, tokens: float, timing: TimingModel | None = None
+                   ) -> float:
+        """Return the estimated seconds of ``plan`` producing ``tokens`` answer tokens.
+
+        The one time estimate of a plan: the planner's WCET, admission's expected time
+        of a queued goal and learning's ETE error all call it. ``timing`` replaces the
+        full-precision ETE (a batch's steps); None uses the planner's own.
+        """
+
 
 class FullModelPlanner:
     """Run every request at full quality: no estimate, no eviction (MODE_NONE)."""
@@ -126,6 +135,13 @@ class FullModelPlanner:
         """Return a plan that only records the prompt length and the mode."""
         return Plan(mode=Mode.NONE, prompt_tokens=prompt_tokens,
                     pessimistic_factor=request.pessimistic_factor)
+
+    def estimate_s(self, plan: Plan, tokens: float, timing: TimingModel | None = None
+                   ) -> float:
+        """Return ``timing``'s time for the plan's prompt and ``tokens`` (0 without one)."""
+        if timing is None:
+            return 0.0
+        return timing.wcet(plan.prompt_tokens, plan.eviction_ratio, tokens)
 
 
 class LengthPredictor(Protocol):
@@ -303,6 +319,14 @@ class TimeBillPlanner:
         budget = (target - model.prefill(n_x)) / steps
         low = self.precisions[self.mix.low]()
         return self.mix.table.choose(kv, model.step(kv), low.step(kv), budget)
+
+    def estimate_s(self, plan: Plan, tokens: float, timing: TimingModel | None = None
+                   ) -> float:
+        """Return the estimated seconds of ``plan`` producing ``tokens`` answer tokens."""
+        mix = Mix(tuple(plan.precision_mix), self.mix.table.units) \
+            if plan.precision == MIXED and self.mix is not None else None
+        cut = Cut(plan.mode, plan.eviction_ratio, plan.precision, mix=mix)
+        return self._wcet(timing or self.timing(), cut, plan.prompt_tokens, tokens)
 
     def _wcet(self, model: TimingModel, cut: Cut, n_x: int, tokens: int) -> float:
         if cut.precision == MIXED:  # full-precision prefill, then the mix's decode steps
