@@ -1,6 +1,6 @@
-"""Pip install of the ROS-free part of timebill_ros (core, runtime, cli).
+"""Pip install of the ROS-free part of timebill_ros (core, runtime, serving, evaluation, cli).
 
-The ROS 2 package itself (interfaces, node) is built with colcon from
+The ROS 2 package itself (interfaces, node, the tools over ROS) is built with colcon from
 package.xml / CMakeLists.txt (build type ament_cmake); this file is only for
 ``pip install .`` without ROS 2. Metadata and options live in setup.cfg.
 """
@@ -20,5 +20,6 @@ setup(
     version=_VERSION,
     packages=find_packages(
         include=['timebill_ros', 'timebill_ros.*'],
-        exclude=['timebill_ros.ros', 'timebill_ros.ros.*']),
+        exclude=['timebill_ros.ros', 'timebill_ros.ros.*',
+                 'timebill_ros.tools', 'timebill_ros.tools.*']),
 )

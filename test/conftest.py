@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from timebill_ros.ros.process import NodeProcess  # noqa: F401 (used by the tests)
+from timebill_ros.tools.process import NodeProcess  # noqa: F401 (used by the tests)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -8,7 +8,7 @@ import pytest
 from conftest import ROOT
 from test_report import KNOWN_CSV
 from timebill_ros.cli.bag import main
-from timebill_ros.ros import bags
+from timebill_ros.tools import bags
 
 
 def run(capsys, *argv):

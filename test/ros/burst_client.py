@@ -11,7 +11,7 @@ import threading
 
 import rclpy
 
-from timebill_ros.ros.client import ClientTimeout, InstructClient, make_goal
+from timebill_ros.tools.client import ClientTimeout, InstructClient, make_goal
 
 
 def main() -> int:

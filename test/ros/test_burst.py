@@ -17,7 +17,7 @@ import pytest
 
 from conftest import NodeProcess
 from timebill_ros.action import Instruct
-from timebill_ros.ros.client import InstructClient, make_goal
+from timebill_ros.tools.client import InstructClient, make_goal
 
 R = Instruct.Result
 HERE = os.path.dirname(os.path.abspath(__file__))

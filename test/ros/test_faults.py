@@ -14,7 +14,7 @@ import pytest
 
 from timebill_ros.action import Instruct
 from timebill_ros.core.profile import Profile
-from timebill_ros.ros.client import InstructClient, make_goal
+from timebill_ros.tools.client import InstructClient, make_goal
 from timebill_ros.runtime.model import tiny_random_dir
 from conftest import NodeProcess, ROOT
 
@@ -116,7 +116,7 @@ def test_a_signal_while_a_goal_streams_gives_every_goal_a_result_first(rclpy_con
 def test_a_client_that_restarts_its_participant_is_served_again(rclpy_context):
     proc = NodeProcess(TINY)
     script = ('import sys, rclpy\n'
-              'from timebill_ros.ros.client import InstructClient, make_goal\n'
+              'from timebill_ros.tools.client import InstructClient, make_goal\n'
               'rclpy.init()\n'
               'c = InstructClient(node_name="restarting_client")\n'
               'c.wait_for_server(30)\n'

@@ -11,7 +11,7 @@ import rclpy
 from rclpy.executors import SingleThreadedExecutor
 
 from timebill_ros.action import Instruct
-from timebill_ros.ros.client import ClientTimeout, InstructClient, make_goal
+from timebill_ros.tools.client import ClientTimeout, InstructClient, make_goal
 from conftest import NodeProcess
 
 R = Instruct.Result

@@ -11,7 +11,7 @@ from action_msgs.msg import GoalStatus
 from conftest import NodeProcess
 from timebill_ros.action import Instruct
 from timebill_ros.msg import DeadlineTelemetry, Instruction, Response
-from timebill_ros.ros.client import InstructClient, make_goal
+from timebill_ros.tools.client import InstructClient, make_goal
 from timebill_ros.srv import PlanInstruction
 
 R = Instruct.Result

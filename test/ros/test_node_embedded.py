@@ -8,7 +8,7 @@ from builtin_interfaces.msg import Duration
 
 from conftest import NodeProcess
 from timebill_ros.action import Instruct
-from timebill_ros.ros.client import InstructClient, make_goal
+from timebill_ros.tools.client import InstructClient, make_goal
 from timebill_ros.srv import PlanInstruction
 
 R, G = Instruct.Result, Instruct.Goal

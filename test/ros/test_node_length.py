@@ -7,7 +7,7 @@ from action_msgs.msg import GoalStatus
 
 from conftest import NodeProcess
 from timebill_ros.action import Instruct
-from timebill_ros.ros.client import InstructClient, make_goal
+from timebill_ros.tools.client import InstructClient, make_goal
 from timebill_ros.ros.convert import s_to_duration
 from timebill_ros.runtime.length_heads import LinearHead
 from timebill_ros.srv import PlanInstruction

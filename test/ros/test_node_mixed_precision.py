@@ -14,7 +14,7 @@ import pytest
 from timebill_ros.action import Instruct
 from timebill_ros.core.cuts import CutEffect, CutEffects
 from timebill_ros.core.precision import UnitTimes
-from timebill_ros.ros.client import InstructClient, make_goal
+from timebill_ros.tools.client import InstructClient, make_goal
 from conftest import NodeProcess
 
 G, R = Instruct.Goal, Instruct.Result

@@ -8,7 +8,7 @@ the planner and the action round trip are the real ones.
 import pytest
 
 from timebill_ros.action import Instruct
-from timebill_ros.ros.client import InstructClient, make_goal
+from timebill_ros.tools.client import InstructClient, make_goal
 from conftest import NodeProcess
 
 G, R = Instruct.Goal, Instruct.Result

@@ -7,7 +7,7 @@ from action_msgs.msg import GoalStatus
 
 from conftest import NodeProcess, ROOT
 from timebill_ros.action import Instruct
-from timebill_ros.ros.client import InstructClient, make_goal
+from timebill_ros.tools.client import InstructClient, make_goal
 
 R, G = Instruct.Result, Instruct.Goal
 

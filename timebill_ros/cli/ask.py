@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     """Exit 0 when the answer met its deadline, 1 otherwise, 2 when rejected or unreachable."""
     args = parse_args(argv)
     import rclpy
-    from timebill_ros.ros.client import ClientTimeout, InstructClient, make_goal
+    from timebill_ros.tools.client import ClientTimeout, InstructClient, make_goal
 
     context = ''
     if args.context_file:

@@ -120,7 +120,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _write(args) -> int:
-    from timebill_ros.ros.bags import write_workload
+    from timebill_ros.tools.bags import write_workload
 
     needs = {'periodic': ('period',), 'poisson': ('rate',), 'burst': ('period',)}
     for name in needs[args.pattern]:
@@ -147,7 +147,7 @@ def _write(args) -> int:
 
 
 def _show(args) -> int:
-    from timebill_ros.ros.bags import read_workload
+    from timebill_ros.tools.bags import read_workload
 
     workload = read_workload(args.bag, args.topic)
     print(f'{workload.path}: {len(workload.messages)} instructions on {workload.topic}')
@@ -167,7 +167,7 @@ def _show(args) -> int:
 
 
 def _replay(args) -> int:
-    from timebill_ros.ros.replay import replay
+    from timebill_ros.tools.replay import replay
 
     bag = args.bag.resolve()
     out = args.out or bag.with_name(bag.stem + '_replay')
@@ -202,9 +202,9 @@ def main(argv=None) -> int:
     from timebill_ros.report import ReportError
     errors = [UsageError, ValueError, OSError, ReportError]
     try:
-        from timebill_ros.ros.bags import BagError
+        from timebill_ros.tools.bags import BagError
         errors.append(BagError)
-        from timebill_ros.ros.replay import ReplayError
+        from timebill_ros.tools.replay import ReplayError
         errors.append(ReplayError)
     except ImportError as exc:
         if args.command != 'report':

@@ -63,9 +63,9 @@ def through_node(size: int, tokens: int, threads: int, repeats: int = 3) -> dict
     Both nodes run side by side (one idles while the other serves) and take turns goal
     by goal, so a drift of this shared VM's speed lands on both alike.
     """
-    from timebill_ros.cli.bench_robot import shipped_params
-    from timebill_ros.ros.client import InstructClient, make_goal
-    from timebill_ros.ros.process import NodeProcess
+    from timebill_ros.cli.common import shipped_params
+    from timebill_ros.tools.client import InstructClient, make_goal
+    from timebill_ros.tools.process import NodeProcess
     sides, out = {}, {}
     try:
         for max_batch in (1, size):
@@ -122,8 +122,8 @@ def main(argv=None) -> int:
     parser.add_argument('--repeats', type=int, default=3,
                         help='lone goals and bursts per node (medians are reported)')
     args = parser.parse_args(argv)
-    from timebill_ros.cli.bench_eviction import machine
-    from timebill_ros.ros.client import ensure_init
+    from timebill_ros.cli.common import machine
+    from timebill_ros.tools.client import ensure_init
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()

@@ -34,7 +34,7 @@ import statistics
 import sys
 import time
 
-from timebill_ros.cli.bench_eviction import machine
+from timebill_ros.cli.common import machine
 from timebill_ros.evaluation import metrics, tasks
 
 THRESHOLDS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)

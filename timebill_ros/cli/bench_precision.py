@@ -37,11 +37,10 @@ import statistics
 import sys
 import time
 
-from timebill_ros.cli.bench_eviction import machine
-from timebill_ros.cli.bench_robot import (
-    Bench, replay_kill, shipped_params, summarise, tier_budget, write_outputs)
+from timebill_ros.cli.bench_robot import Bench, replay_kill, summarise, tier_budget
 from timebill_ros.evaluation import metrics, robot_workload
-from timebill_ros.cli.common import stamped_log, StealMeter
+from timebill_ros.cli.common import (
+    machine, shipped_params, stamped_log, StealMeter, write_outputs)
 
 ROOT = Path(__file__).resolve().parents[2]
 NEW = {'noprec': ('TimeBill without precision', {'auto_precision': '', 'precision_mix': ''}),
@@ -216,7 +215,7 @@ def fresh_rounds(runs: dict, tiers, items: list, names: list, run, reference_bud
 def main_fresh(args, argv) -> int:
     """Run references and every strategy interleaved, then write the outputs."""
     from timebill_ros.action import Instruct
-    from timebill_ros.ros.client import ensure_init
+    from timebill_ros.tools.client import ensure_init
     import timebill_ros.cli.bench_robot as robot
     G = Instruct.Goal
     out = Path(args.out)
@@ -290,7 +289,7 @@ def main(argv=None) -> int:
     if args.fresh:
         return main_fresh(args, argv)
     from timebill_ros.action import Instruct
-    from timebill_ros.ros.client import ensure_init
+    from timebill_ros.tools.client import ensure_init
     import timebill_ros.cli.bench_robot as robot
     G = Instruct.Goal
     out = Path(args.out)

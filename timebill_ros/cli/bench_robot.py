@@ -39,24 +39,14 @@ import statistics
 import sys
 import time
 
-import yaml
-
-from timebill_ros.cli.bench_eviction import machine
+from timebill_ros.cli.common import machine, ROOT, shipped_params, stamped_log, write_outputs
 from timebill_ros.evaluation import metrics, robot_workload
-from timebill_ros.cli.common import stamped_log
 
-ROOT = Path(__file__).resolve().parents[2]
 RELATIVE = (0.5, 0.75, 0.9, 1.0, 1.25, 1.5, 2.0)
 ABSOLUTE = (1.0, 2.0, 5.0)
 LOOSE_S = 120.0
 NAMESPACES = {'fp32': '/robot_fp32', 'int8': '/robot_int8'}
 STRATEGIES = ('MODE_NONE', 'alpha 0.5', 'int8-dynamic', 'TimeBill AUTO')
-
-
-def shipped_params() -> dict:
-    """Return config/timebill.yaml's node parameters."""
-    with open(ROOT / 'config' / 'timebill.yaml', encoding='utf-8') as handle:
-        return yaml.safe_load(handle)['/**']['ros__parameters']
 
 
 def tier_budget(tier: str, full_s: float) -> float:
@@ -76,8 +66,8 @@ class Bench:
 
     def start(self, name: str, extra: dict) -> None:
         """Start one node with the shipped parameters plus ``extra``."""
-        from timebill_ros.ros.client import InstructClient
-        from timebill_ros.ros.process import NodeProcess
+        from timebill_ros.tools.client import InstructClient
+        from timebill_ros.tools.process import NodeProcess
         self.log(f'starting node {name} ...')
         params = {**shipped_params(), **extra}
         self.nodes[name] = NodeProcess(params, ready_timeout=900, namespace=NAMESPACES[name])
@@ -97,7 +87,7 @@ class Bench:
             eviction_ratio: float = 0.0, precision: str = '') -> dict:
         """Send one goal (``precision``: pinned decode precision), return a plain record."""
         from timebill_ros.action import Instruct
-        from timebill_ros.ros.client import make_goal, outcome_name
+        from timebill_ros.tools.client import make_goal, outcome_name
         run = self.clients[node].ask(
             make_goal(item.instruction, budget_s, item.context, policy=policy, mode=mode,
                       eviction_ratio=eviction_ratio, precision=precision), budget_s + 180.0)
@@ -118,16 +108,6 @@ class Bench:
                 'switched': 'decoding from answer token' in res.reason,
                 'lowered': int(getattr(plan, 'lowered_units', 0)),
                 'mix': getattr(plan, 'precision_mix', '')}
-
-
-def write_outputs(out: Path, report: dict, markdown, plot) -> None:
-    """Write bench.json, README.md (``markdown(report)``) and the plots; print the tables."""
-    with open(out / 'bench.json', 'w', encoding='utf-8') as handle:
-        json.dump(report, handle, indent=1, default=str)
-    text = markdown(report)
-    (out / 'README.md').write_text(text + '\n', encoding='utf-8')
-    plot(report, out)
-    print(text)
 
 
 def quality(item, text: str, reference: str) -> float:
@@ -290,7 +270,7 @@ def main(argv=None) -> int:
                              'to the quantisation or the decode loop)')
     args = parser.parse_args(argv)
     from timebill_ros.action import Instruct
-    from timebill_ros.ros.client import ensure_init
+    from timebill_ros.tools.client import ensure_init
     G = Instruct.Goal
     KILL, SKIP = G.KILL, G.SKIP_NEXT
     out = Path(args.out)

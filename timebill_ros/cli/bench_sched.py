@@ -10,7 +10,7 @@ only malformed goals are refused; it counts false rejections: goals another stra
 refused that this one met in the same workload).
 For every arrival pattern (periodic, Poisson, bursts of 4) and load it writes a
 rosbag of held-out robot-workload instructions (``timebill_bag``'s writer) and
-replays it against the node (``ros/replay.py``: Instructions on ``~/instructions``,
+replays it against the node (``tools/replay.py``: Instructions on ``~/instructions``,
 every Response recorded; a request without one is MISSING, never dropped).
 
 Load rho = arrival rate x mean full-model time of the items sent; each item's
@@ -37,11 +37,9 @@ import time
 
 import numpy as np
 
-from timebill_ros.cli.bench_eviction import machine
-from timebill_ros.cli.bench_robot import shipped_params, write_outputs
 from timebill_ros.core.workload import arrivals, MODES, POLICIES, WorkloadItem
 from timebill_ros.evaluation import robot_workload
-from timebill_ros.cli.common import stamped_log
+from timebill_ros.cli.common import machine, shipped_params, stamped_log, write_outputs
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = '/sched'
@@ -213,10 +211,10 @@ def main(argv=None) -> int:
                         help="budgets as multiples of each item's full-model time, cycled")
     parser.add_argument('--seed', type=int, default=11)
     args = parser.parse_args(argv)
-    from timebill_ros.ros.client import ensure_init
-    from timebill_ros.ros.process import NodeProcess
-    from timebill_ros.ros import bags
-    from timebill_ros.ros.replay import replay
+    from timebill_ros.tools.client import ensure_init
+    from timebill_ros.tools.process import NodeProcess
+    from timebill_ros.tools import bags
+    from timebill_ros.tools.replay import replay
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -48,9 +48,8 @@ import sys
 import threading
 import time
 
-from timebill_ros.cli.bench_eviction import machine
 from timebill_ros.evaluation import metrics, plots, policies, tasks
-from timebill_ros.cli.common import stamped_log
+from timebill_ros.cli.common import machine, stamped_log
 
 ALPHAS = (0.25, 0.5, 0.75, 0.95)
 QUICK_ALPHAS = (0.5, 0.95)
@@ -92,8 +91,8 @@ class Bench:
     def start(self, log, only=None) -> None:
         """Start the three nodes (one at a time: a missing profile is calibrated once)."""
         from timebill_ros.msg import DeadlineTelemetry
-        from timebill_ros.ros.client import InstructClient
-        from timebill_ros.ros.process import NodeProcess
+        from timebill_ros.tools.client import InstructClient
+        from timebill_ros.tools.process import NodeProcess
         common = {'model': 'embedded', 'infeasible': 'best_effort', 'calibrate_on_start': True,
                   'calibration_quick': True, 'max_new_tokens_limit': 1024}
         settings = {'fp32': {'length_predictor': 'rlp'},
@@ -129,7 +128,7 @@ class Bench:
             **goal) -> Measured:
         """Send one goal, wait for its end and score it."""
         from timebill_ros.action import Instruct
-        from timebill_ros.ros.client import make_goal, outcome_name
+        from timebill_ros.tools.client import make_goal, outcome_name
         run = self.clients[node].ask(
             make_goal(item.instruction, budget_s, item.context,
                       max_new_tokens=item.max_new_tokens, **goal), budget_s + 180.0)

@@ -138,7 +138,7 @@ def main(argv=None) -> int:
     parser.add_argument('--out', default=str(ROOT / 'results' / 'weight_formats'))
     args = parser.parse_args(argv)
     import torch
-    from timebill_ros.cli.bench_eviction import machine
+    from timebill_ros.cli.common import machine
     from timebill_ros.cli.bench_threads import prefill_s
     from timebill_ros.runtime.model import intra_op_threads, load_model
     from timebill_ros.runtime.profiler import time_decode_steps

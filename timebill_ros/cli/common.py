@@ -2,8 +2,46 @@
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+import platform
 import time
 from typing import Callable
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def machine() -> str:
+    """Describe this machine: host, architecture, CPU model and count."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open('/proc/cpuinfo', encoding='utf-8') as handle:
+            for line in handle:
+                if line.startswith('model name'):
+                    cpu = line.split(':', 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f'{platform.node()} {platform.machine()} ({cpu}), {os.cpu_count()} cpus'
+
+
+def shipped_params() -> dict:
+    """Return config/timebill.yaml's node parameters."""
+    with open(ROOT / 'config' / 'timebill.yaml', encoding='utf-8') as handle:
+        return yaml.safe_load(handle)['/**']['ros__parameters']
+
+
+def write_outputs(out: Path, report: dict, markdown, plot) -> None:
+    """Write bench.json, README.md (``markdown(report)``) and the plots; print the tables."""
+    with open(out / 'bench.json', 'w', encoding='utf-8') as handle:
+        json.dump(report, handle, indent=1, default=str)
+    text = markdown(report)
+    (out / 'README.md').write_text(text + '\n', encoding='utf-8')
+    plot(report, out)
+    print(text)
 
 
 def stamped_log(started: float | None = None) -> Callable[[str], None]:

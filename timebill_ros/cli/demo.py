@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     node = start_node(args.params_file, extra)
     import rclpy
     from timebill_ros.action import Instruct
-    from timebill_ros.ros.client import InstructClient, make_goal
+    from timebill_ros.tools.client import InstructClient, make_goal
     R, G = Instruct.Result, Instruct.Goal
     rclpy.init()
     client = InstructClient(node_name='timebill_demo')

@@ -28,7 +28,7 @@ import random
 import statistics
 import sys
 import time
-from timebill_ros.cli.common import stamped_log
+from timebill_ros.cli.common import machine, stamped_log, write_outputs
 from timebill_ros.core.precision import shipped_unit_kl
 from timebill_ros.runtime.model import FLOAT32_ACTIVATIONS
 
@@ -144,8 +144,6 @@ def main(argv=None) -> int:
     args.report = args.report or str(ROOT / 'results' / (
         'precision' if low_name == 'int8-dynamic' else f'precision_{low_name}'))
     import numpy as np
-    from timebill_ros.cli.bench_eviction import machine
-    from timebill_ros.cli.bench_robot import write_outputs
     from timebill_ros.core.precision import Mix, PrecisionTable
     from timebill_ros.runtime.model import load_model, precision_variant
     from timebill_ros.runtime.precision import (

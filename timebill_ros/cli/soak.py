@@ -3,7 +3,7 @@
 ``python -m timebill_ros.cli.soak --minutes 30`` (``make soak``) starts the node with the
 shipped configuration, writes a rosbag of robot-workload instructions (Poisson arrivals
 at ``--rate``, a burst of ``--burst`` goals every ``--burst-every-s``, about 5 % bad goals:
-empty instructions and zero budgets) and replays it (``ros/replay.py``). Beside the
+empty instructions and zero budgets) and replays it (``tools/replay.py``). Beside the
 replay an action client sends a goal every ``--cancel-every-s`` and cancels it after a
 random delay, and a probe goal (same prompt, MODE_NONE, a fixed answer length) every
 ``--probe-every-s`` measures the time per output token. Every ``--sample-s`` the node
@@ -83,7 +83,7 @@ class SideClient:
     def __init__(self, cancel_every_s: float, probe_every_s: float, probe_tokens: int,
                  seed: int):
         """Connect an action client to the soak node."""
-        from timebill_ros.ros.client import InstructClient
+        from timebill_ros.tools.client import InstructClient
         self.client = InstructClient(f'{NAMESPACE}/timebill/instruct', 'soak_side_client',
                                      f'{NAMESPACE}/timebill/responses')
         self.client.wait_for_server(60)
@@ -94,7 +94,7 @@ class SideClient:
 
     def loop(self) -> None:
         """Send a goal to cancel and a probe at their periods until stopped."""
-        from timebill_ros.ros.client import make_goal
+        from timebill_ros.tools.client import make_goal
         next_cancel, next_probe = self.cancel_every_s / 2, self.probe_every_s / 4
         while not self.stop.wait(0.05):
             now = time.monotonic() - self.started
@@ -119,7 +119,7 @@ class SideClient:
 
     def finish(self, timeout_s: float) -> dict:
         """Wait for every side goal; return their counts and the probe TPOTs."""
-        from timebill_ros.ros.client import ClientTimeout, outcome_name
+        from timebill_ros.tools.client import ClientTimeout, outcome_name
         self.stop.set()
         unanswered, outcomes, tpot = 0, {}, []
         for kind, run in self.runs:
@@ -245,13 +245,12 @@ def main(argv=None) -> int:
     parser.add_argument('--out', default=str(ROOT / 'results' / 'soak'))
     args = parser.parse_args(argv)
     import yaml
-    from timebill_ros.cli.bench_eviction import machine
-    from timebill_ros.cli.bench_robot import shipped_params, write_outputs
-    from timebill_ros.ros import bags
+    from timebill_ros.cli.common import machine, shipped_params, write_outputs
+    from timebill_ros.tools import bags
     import rclpy
-    from timebill_ros.ros.client import ensure_init
-    from timebill_ros.ros.process import NodeProcess
-    from timebill_ros.ros.replay import replay
+    from timebill_ros.tools.client import ensure_init
+    from timebill_ros.tools.process import NodeProcess
+    from timebill_ros.tools.replay import replay
     params = shipped_params()
     if args.model:
         params['model'] = args.model

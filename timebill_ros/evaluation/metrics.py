@@ -2,7 +2,39 @@
 
 from __future__ import annotations
 
-from timebill_ros.cli.bench_eviction import exact_match, normalize_answer, token_f1
+from collections import Counter
+import re
+import string
+
+
+def normalize_answer(text: str) -> str:
+    """Lower-case, drop punctuation and articles, squeeze whitespace (SQuAD rules)."""
+    text = ''.join(ch for ch in text.lower() if ch not in set(string.punctuation))
+    text = re.sub(r'\b(a|an|the)\b', ' ', text)
+    return ' '.join(text.split())
+
+
+def exact_match(prediction: str, reference: str) -> float:
+    """Return 1.0 when the normalised prediction equals the normalised reference."""
+    return float(normalize_answer(prediction) == normalize_answer(reference))
+
+
+def token_f1(prediction: str, reference: str) -> float:
+    """Return the bag-of-tokens F1 of the normalised strings (HotpotQA's rules).
+
+    As in the official HotpotQA script, yes/no/noanswer references only score
+    when the normalised prediction is exactly that word.
+    """
+    pred, ref = normalize_answer(prediction), normalize_answer(reference)
+    special = ('yes', 'no', 'noanswer')
+    if (pred in special or ref in special) and pred != ref:
+        return 0.0
+    pred_tokens, ref_tokens = pred.split(), ref.split()
+    common = sum((Counter(pred_tokens) & Counter(ref_tokens)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(pred_tokens), common / len(ref_tokens)
+    return 2 * precision * recall / (precision + recall)
 
 
 def rouge_l(prediction: str, reference: str) -> float:

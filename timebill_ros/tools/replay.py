@@ -26,7 +26,7 @@ from typing import Callable
 from timebill_ros import report
 from timebill_ros.core.request import Outcome
 from timebill_ros.core.workload import check_workload
-from timebill_ros.ros import bags
+from timebill_ros.tools import bags
 
 OUTPUT_BAG = 'replay_bag'
 OUTPUT_CSV = 'replay.csv'

@@ -9,7 +9,7 @@ from rosbags.typesys import get_types_from_msg, get_typestore, Stores
 
 from timebill_ros.core.workload import make_workload, MODES, periodic_arrivals, \
     poisson_arrivals, POLICIES, WorkloadItem
-from timebill_ros.ros import bags
+from timebill_ros.tools import bags
 
 ROOT = Path(__file__).resolve().parents[2]
 START = 1_750_000_000_123_456_789

@@ -7,8 +7,8 @@ import pytest
 from conftest import NodeProcess
 from timebill_ros.core.workload import MODES, POLICIES, WorkloadItem
 from timebill_ros.report import COLUMNS
-from timebill_ros.ros import bags
-from timebill_ros.ros.replay import replay, ReplayError
+from timebill_ros.tools import bags
+from timebill_ros.tools.replay import replay, ReplayError
 
 PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
 NONE = MODES['none']
@@ -116,7 +116,7 @@ def test_missing_duplicate_and_foreign_responses_are_reported(tmp_path):
     """Rows come from what arrived: no response is a MISSING row, never a dropped one."""
     from types import SimpleNamespace as NS
 
-    from timebill_ros.ros.replay import _rows
+    from timebill_ros.tools.replay import _rows
 
     workload = bags.read_workload(bags.write_workload(tmp_path / 'w', WORKLOAD[:3]))
 

@@ -1,0 +1,1 @@
+"""tools layer of timebill_ros: user tools over ROS (bags, replay, action client, node process)."""
