@@ -4,13 +4,28 @@ from dataclasses import replace
 
 import pytest
 
+from timebill_ros.core.config import NodeConfig
 from timebill_ros.core.cuts import CutEffect, CutEffects
 from timebill_ros.core.length import LengthDistribution
+from timebill_ros.core.planner_settings import PlannerSettings
 from timebill_ros.core.planning import Fallback, MaxTokensPredictor, TimeBillPlanner
 from timebill_ros.core.request import Mode, OverrunPolicy, Rejection, Request
 from timebill_ros.core.timing import TimingModel
 
 MODEL = TimingModel(0.0, 0.001, 0.0, 1e-5, 0.03)  # prefill 2 s at 2000 tokens
+# The settings these tests were written for: the node's, with no time margin, no least
+# saving or switch speed-up, early exit allowed in AUTO and a 2 % admission bar.
+SETTINGS = replace(PlannerSettings.from_config(NodeConfig()), time_margin=0.0,
+                   min_cut_saving=0.0, min_switch_speedup=1.0, auto_early_exit=True,
+                   admit_probability=0.02)
+RESOURCES = ('early_exit', 'precisions', 'effects', 'mix')
+
+
+def make_planner(timing, predictor, **kwargs):
+    """Return a planner with SETTINGS, changed by the settings among ``kwargs``."""
+    settings = replace(SETTINGS, **{k: v for k, v in kwargs.items() if k not in RESOURCES})
+    return TimeBillPlanner(timing, predictor, settings,
+                           **{k: v for k, v in kwargs.items() if k in RESOURCES})
 
 
 def req(mode, max_new=100, k=1.0):
@@ -28,7 +43,7 @@ class Fixed:
 
 
 def test_none_mode_never_evicts_but_reports_feasibility():
-    planner = TimeBillPlanner(lambda: MODEL, MaxTokensPredictor())
+    planner = make_planner(lambda: MODEL, MaxTokensPredictor())
     full = MODEL.wcet(2000, 0.0, 100)
     plan = planner.plan(req(Mode.NONE), 2000, full - 1.0)
     assert plan.mode == Mode.NONE and plan.eviction_ratio == 0.0 and not plan.feasible
@@ -37,7 +52,7 @@ def test_none_mode_never_evicts_but_reports_feasibility():
 
 
 def test_eviction_mode_picks_alpha_star():
-    planner = TimeBillPlanner(lambda: MODEL, MaxTokensPredictor(), press='knorm')
+    planner = make_planner(lambda: MODEL, MaxTokensPredictor(), press='knorm')
     full = MODEL.wcet(2000, 0.0, 100)
     plan = planner.plan(req(Mode.EVICTION), 2000, full - 1.0)
     assert plan.mode == Mode.EVICTION and plan.feasible and plan.press == 'knorm'
@@ -48,7 +63,7 @@ def test_eviction_mode_picks_alpha_star():
 
 
 def test_pessimistic_factor_scales_the_worst_case():
-    planner = TimeBillPlanner(lambda: MODEL, Fixed(20))
+    planner = make_planner(lambda: MODEL, Fixed(20))
     plan = planner.plan(req(Mode.EVICTION, max_new=100, k=3.0), 2000, 100.0)
     assert plan.predicted_tokens == 20 and plan.worst_case_tokens == 60
     assert planner.plan(req(Mode.EVICTION, max_new=50, k=3.0), 2000, 100.0)\
@@ -57,20 +72,20 @@ def test_pessimistic_factor_scales_the_worst_case():
 
 def test_infeasible_rejects_with_estimate_or_runs_best_effort():
     with pytest.raises(Rejection, match='estimated worst case') as refused:
-        TimeBillPlanner(lambda: MODEL, MaxTokensPredictor()).plan(req(Mode.EVICTION), 2000, 1.0)
+        make_planner(lambda: MODEL, MaxTokensPredictor()).plan(req(Mode.EVICTION), 2000, 1.0)
     # The rejection carries the plan its estimate comes from.
     assert not refused.value.plan.feasible and refused.value.plan.est_wcet_s > 1.0
     assert f'{refused.value.plan.est_wcet_s:.3f} s' in refused.value.reason
-    plan = TimeBillPlanner(lambda: MODEL, MaxTokensPredictor(), alpha_max=0.9,
-                           infeasible='best_effort').plan(req(Mode.EVICTION), 2000, 1.0)
+    plan = make_planner(lambda: MODEL, MaxTokensPredictor(), alpha_max=0.9,
+                        infeasible='best_effort').plan(req(Mode.EVICTION), 2000, 1.0)
     assert plan.eviction_ratio == 0.9 and not plan.feasible
 
 
 def test_no_budget_between_the_bounds_is_rejected():
     # Regression: the planner re-checks WCET(alpha*) <= target, and the root landed a
     # hair above the target for ~14 % of such budgets (rejected "even at 0.95").
-    planner = TimeBillPlanner(lambda: MODEL, MaxTokensPredictor(), alpha_max=0.95,
-                              time_margin=0.1)
+    planner = make_planner(lambda: MODEL, MaxTokensPredictor(), alpha_max=0.95,
+                           time_margin=0.1)
     low, high = MODEL.wcet(7373, 0.95, 100), MODEL.wcet(7373, 0.0, 100)
     for i in range(1, 200):
         budget = (low + (high - low) * i / 200) / 0.9
@@ -80,21 +95,21 @@ def test_no_budget_between_the_bounds_is_rejected():
 
 def test_bad_settings():
     with pytest.raises(ValueError):
-        TimeBillPlanner(lambda: MODEL, MaxTokensPredictor(), alpha_max=1.0)
+        make_planner(lambda: MODEL, MaxTokensPredictor(), alpha_max=1.0)
     with pytest.raises(ValueError):
-        TimeBillPlanner(lambda: MODEL, MaxTokensPredictor(), infeasible='pray')
+        make_planner(lambda: MODEL, MaxTokensPredictor(), infeasible='pray')
 
 
 def test_time_margin_keeps_reserve():
     full = MODEL.wcet(2000, 0.0, 100)
-    plan = TimeBillPlanner(lambda: MODEL, MaxTokensPredictor(), time_margin=0.1).plan(
+    plan = make_planner(lambda: MODEL, MaxTokensPredictor(), time_margin=0.1).plan(
         req(Mode.EVICTION), 2000, full)
     assert plan.eviction_ratio > 0
     assert plan.est_wcet_s == pytest.approx(0.9 * full)
 
 
 def test_plan_reports_the_budget_range_eviction_covers():
-    plan = TimeBillPlanner(lambda: MODEL, MaxTokensPredictor(), alpha_max=0.9).plan(
+    plan = make_planner(lambda: MODEL, MaxTokensPredictor(), alpha_max=0.9).plan(
         req(Mode.EVICTION), 2000, 100.0)
     assert plan.est_wcet_full_s == pytest.approx(MODEL.wcet(2000, 0.0, 100))
     assert plan.est_wcet_alpha_max_s == pytest.approx(MODEL.wcet(2000, 0.9, 100))
@@ -102,7 +117,7 @@ def test_plan_reports_the_budget_range_eviction_covers():
 
 
 def test_fixed_ratio_and_caller_length_override_the_planner():
-    planner = TimeBillPlanner(lambda: MODEL, MaxTokensPredictor())
+    planner = make_planner(lambda: MODEL, MaxTokensPredictor())
     request = req(Mode.EVICTION, max_new=200)
     fixed = planner.plan(replace(request, eviction_ratio=0.25, expected_tokens=40), 1000, 1e-3)
     assert fixed.eviction_ratio == 0.25 and not fixed.feasible  # runs as asked, flagged late
@@ -118,32 +133,32 @@ def _ee(first=10, layers=30):
 
 
 def test_early_exit_plans_on_the_earliest_exit_cost():
-    planner = TimeBillPlanner(lambda: MODEL, MaxTokensPredictor(), early_exit=_ee())
+    planner = make_planner(lambda: MODEL, MaxTokensPredictor(), early_exit=_ee())
     plan = planner.plan(req(Mode.EARLY_EXIT), 2000, 100.0)
     assert plan.mode == Mode.EARLY_EXIT and plan.exit_layers == (10, 20)
     share = 10 / 30
     assert plan.est_wcet_s == pytest.approx(MODEL.prefill(2000) + share * MODEL.decode(2000, 100))
     with pytest.raises(Rejection, match='not configured'):
-        TimeBillPlanner(lambda: MODEL, MaxTokensPredictor()).plan(req(Mode.EARLY_EXIT), 10, 9.0)
+        make_planner(lambda: MODEL, MaxTokensPredictor()).plan(req(Mode.EARLY_EXIT), 10, 9.0)
 
 
 def test_auto_falls_back_to_eviction_plus_early_exit_when_eviction_alone_misses():
-    planner = TimeBillPlanner(lambda: MODEL, MaxTokensPredictor(), early_exit=_ee())
+    planner = make_planner(lambda: MODEL, MaxTokensPredictor(), early_exit=_ee())
     budget = MODEL.wcet(2000, 0.95, 100) * 0.8  # infeasible at alpha_max
     plan = planner.plan(req(Mode.AUTO), 2000, budget)
     assert plan.mode == Mode.EARLY_EXIT and plan.eviction_ratio == pytest.approx(0.95)
     assert plan.feasible
     # The node's default (auto_early_exit false): AUTO never adds early exit by itself.
-    off = TimeBillPlanner(lambda: MODEL, MaxTokensPredictor(), early_exit=_ee(),
-                          auto_early_exit=False, infeasible='best_effort')
+    off = make_planner(lambda: MODEL, MaxTokensPredictor(), early_exit=_ee(),
+                       auto_early_exit=False, infeasible='best_effort')
     plan = off.plan(req(Mode.AUTO), 2000, budget)
     assert plan.mode == Mode.EVICTION and plan.eviction_ratio == pytest.approx(0.95)
     assert off.plan(req(Mode.EARLY_EXIT), 2000, budget).mode == Mode.EARLY_EXIT
 
 
 def test_per_token_deadline_schedulability():
-    planner = TimeBillPlanner(lambda: MODEL, MaxTokensPredictor(), early_exit=_ee(),
-                              tpot_jitter=0.1)
+    planner = make_planner(lambda: MODEL, MaxTokensPredictor(), early_exit=_ee(),
+                           tpot_jitter=0.1)
     last_step = MODEL.step(2000 + 99)  # full depth, last token
     ok = planner.plan(replace(req(Mode.NONE), token_deadline_s=last_step * 1.2), 2000, 100.0)
     assert ok.est_p99_tpot_s == pytest.approx(last_step * 1.1)
@@ -177,15 +192,15 @@ def test_a_short_predicted_answer_is_admitted_where_max_new_tokens_is_not():
     request = req(Mode.AUTO, max_new=128)
     # The stand-in plans 128 tokens (6.4 s) and refuses a 2 s budget ...
     with pytest.raises(Rejection, match='predicted 128 answer tokens'):
-        TimeBillPlanner(lambda: SHORT, MaxTokensPredictor()).plan(request, 45, 2.0)
+        make_planner(lambda: SHORT, MaxTokensPredictor()).plan(request, 45, 2.0)
     # ... a calibrated prediction of a 2-token answer (true 2..6) fits easily.
-    plan = TimeBillPlanner(lambda: SHORT, Calibrated(2)).plan(request, 45, 2.0)
+    plan = make_planner(lambda: SHORT, Calibrated(2)).plan(request, 45, 2.0)
     assert plan.feasible and plan.fit_probability == 1.0 and plan.eviction_ratio == 0.0
     assert plan.worst_case_tokens == 6  # the 90 % quantile of 2..6, rounded up
 
 
 def test_admission_rejects_only_when_the_answer_is_unlikely_to_fit():
-    planner = TimeBillPlanner(lambda: SHORT, Calibrated(40), admit_probability=0.05)
+    planner = make_planner(lambda: SHORT, Calibrated(40), admit_probability=0.05)
     request = req(Mode.AUTO, max_new=128)
     # Predicted 40 (true 40..120): 2.0 s fits ~39 tokens, about a 0 % chance -> rejected
     # with the prediction and the probability in the reason.
@@ -198,23 +213,23 @@ def test_admission_rejects_only_when_the_answer_is_unlikely_to_fit():
     assert not plan.feasible and 0.4 < plan.fit_probability < 0.6
     # Fail-fast callers raise admit_probability.
     with pytest.raises(Rejection):
-        TimeBillPlanner(lambda: SHORT, Calibrated(40), admit_probability=0.9).plan(
+        make_planner(lambda: SHORT, Calibrated(40), admit_probability=0.9).plan(
             request, 45, 4.0)
     # A budget that cannot fit even the first token is rejected whatever the prediction.
     with pytest.raises(Rejection, match='0 fit'):
-        TimeBillPlanner(lambda: SHORT, Calibrated(2)).plan(request, 45, 0.01)
+        make_planner(lambda: SHORT, Calibrated(2)).plan(request, 45, 0.01)
 
 
 def test_auto_skips_cuts_that_save_less_than_they_cost():
     # 45-token prompt: evicting 95 % of it saves ~nothing, and SnapKV cannot run on it.
     steep = TimingModel(0.0, 1e-3, 0.0, 1e-5, 0.05)
     for press, note in (('snapkv', 'snapkv skipped'), ('knorm', 'eviction skipped')):
-        plan = TimeBillPlanner(lambda: steep, Fixed(100), press=press, min_cut_saving=0.05,
-                               infeasible='best_effort').plan(req(Mode.AUTO, 128), 45, 3.0)
+        plan = make_planner(lambda: steep, Fixed(100), press=press, min_cut_saving=0.05,
+                            infeasible='best_effort').plan(req(Mode.AUTO, 128), 45, 3.0)
         assert plan.eviction_ratio == 0.0 and note in plan.note and not plan.feasible
     # On a long prompt the same cut saves a lot and is used.
     budget = (steep.wcet(3000, 0.0, 100) + steep.wcet(3000, 0.95, 100)) / 2
-    plan = TimeBillPlanner(lambda: steep, Fixed(100), min_cut_saving=0.05).plan(
+    plan = make_planner(lambda: steep, Fixed(100), min_cut_saving=0.05).plan(
         req(Mode.AUTO, 128), 3000, budget)
     assert plan.eviction_ratio > 0.0 and 'skipped' not in plan.note
 
@@ -224,8 +239,8 @@ INT8 = TimingModel(0.0, 1e-3, 0.0, 0.0, 0.02)  # decode steps 2.5x faster than S
 
 def test_auto_decodes_at_lower_precision_only_when_it_is_worth_more():
     effects = CutEffects(precision={'int8-dynamic': CutEffect(1.0, 0.4)})
-    planner = TimeBillPlanner(lambda: SHORT, Calibrated(40), min_cut_saving=0.05,
-                              precisions={'int8-dynamic': lambda: INT8}, effects=effects)
+    planner = make_planner(lambda: SHORT, Calibrated(40), min_cut_saving=0.05,
+                           precisions={'int8-dynamic': lambda: INT8}, effects=effects)
     request = req(Mode.AUTO, max_new=128)
     # Predicted 40 (true 40..120). 7 s fits every answer at full precision.
     assert planner.plan(request, 45, 7.0).precision == ''
@@ -242,14 +257,14 @@ def test_auto_decodes_at_lower_precision_only_when_it_is_worth_more():
     # An int8 answer three times longer than the full model's would not fit either.
     longer = CutEffects(precision={'int8-dynamic': CutEffect(3.0, 0.4)})
     with pytest.raises(Rejection, match='predicted 40'):
-        TimeBillPlanner(lambda: SHORT, Calibrated(40), precisions={
+        make_planner(lambda: SHORT, Calibrated(40), precisions={
             'int8-dynamic': lambda: INT8}, effects=longer).plan(request, 45, 2.0)
 
 
 def test_auto_starts_at_full_precision_and_switches_when_int8_must_finish():
     effects = CutEffects(precision={'int8-dynamic': CutEffect(1.0, 0.4)})
-    planner = TimeBillPlanner(lambda: SHORT, Calibrated(40), min_cut_saving=0.05,
-                              precisions={'int8-dynamic': lambda: INT8}, effects=effects)
+    planner = make_planner(lambda: SHORT, Calibrated(40), min_cut_saving=0.05,
+                           precisions={'int8-dynamic': lambda: INT8}, effects=effects)
     request = req(Mode.AUTO, max_new=128)
     # 3 s: the planned 112 tokens (90 % of 40..120) fit at int8 (2.3 s), not at full
     # precision (5.6 s). Full-precision steps come first, int8 takes over in time.
@@ -273,13 +288,13 @@ def test_a_cut_that_lengthens_answers_is_judged_on_its_longer_answers():
     request = req(Mode.AUTO, max_new=128)
     # Between the full model's and alpha 0.95's time for 40..120 answer tokens.
     budget = steep.wcet(3000, 0.5, 120)
-    harmless = TimeBillPlanner(lambda: steep, Calibrated(40)).plan(request, 3000, budget)
+    harmless = make_planner(lambda: steep, Calibrated(40)).plan(request, 3000, budget)
     assert harmless.eviction_ratio > 0.0 and harmless.fit_probability == 1.0
     # Measured: evicted answers run 2x longer and keep 60 % fidelity. The evicted
     # answer's chance to fit drops, and the full model's partial chance is worth more.
     effects = CutEffects(eviction_ratios=(0.5, 0.95),
                          eviction=(CutEffect(2.0, 0.6), CutEffect(2.0, 0.3)))
-    plan = TimeBillPlanner(lambda: steep, Calibrated(40), effects=effects).plan(
+    plan = make_planner(lambda: steep, Calibrated(40), effects=effects).plan(
         request, 3000, budget)
     assert plan.eviction_ratio == 0.0 and 0.5 < plan.fit_probability < 0.9
     assert plan.est_wcet_s == pytest.approx(steep.wcet(3000, 0.0, plan.worst_case_tokens))
@@ -288,14 +303,14 @@ def test_a_cut_that_lengthens_answers_is_judged_on_its_longer_answers():
 def test_a_prediction_at_the_cap_uses_the_calibrated_distribution():
     # Calibrated on lengths up to 120; a goal capped at 120 predicted at its cap is judged
     # on the top band (true 40..120), not as certain to run to the cap.
-    planner = TimeBillPlanner(lambda: SHORT, Calibrated(120))
+    planner = make_planner(lambda: SHORT, Calibrated(120))
     plan = planner.plan(req(Mode.AUTO, max_new=120), 45, 5.0)  # ~99 tokens fit
     assert 0.6 < plan.fit_probability < 0.9
     # Predicted at the cap of a goal allowing more than calibration saw (200 > 120):
     # the old rule, the answer runs to the cap, so 100 tokens have no chance.
     with pytest.raises(Rejection, match='P\\(answer <= 100 tokens\\) = 0.0%'):
-        TimeBillPlanner(lambda: SHORT, Calibrated(200)).plan(req(Mode.AUTO, max_new=200),
-                                                             45, 5.0)
+        make_planner(lambda: SHORT, Calibrated(200)).plan(req(Mode.AUTO, max_new=200),
+                                                          45, 5.0)
 
 
 def mixed_planner(effects=None):
@@ -307,9 +322,9 @@ def mixed_planner(effects=None):
                            UnitTimes((0.005,) * 4, (0.0,) * 4), (0.02, 0.01, 0.05, 0.4),
                            all_low_kl=0.5)
     effects = effects or CutEffects(precision={'int8-dynamic': CutEffect(1.0, 0.4)})
-    return TimeBillPlanner(lambda: SHORT, Fixed(40), min_cut_saving=0.05,
-                           precisions={'int8-dynamic': lambda: INT8}, effects=effects,
-                           mix=MixConfig(table, 'int8-dynamic'))
+    return make_planner(lambda: SHORT, Fixed(40), min_cut_saving=0.05,
+                        precisions={'int8-dynamic': lambda: INT8}, effects=effects,
+                        mix=MixConfig(table, 'int8-dynamic'))
 
 
 def test_auto_lowers_only_the_layers_the_deadline_needs_cheapest_kl_first():
@@ -339,7 +354,7 @@ def test_auto_lowers_only_the_layers_the_deadline_needs_cheapest_kl_first():
 def test_the_mix_planner_needs_the_low_precision_resident():
     from timebill_ros.core.planning import MixConfig
     with pytest.raises(ValueError, match='resident'):
-        TimeBillPlanner(lambda: SHORT, Fixed(4), mix=MixConfig(
+        make_planner(lambda: SHORT, Fixed(4), mix=MixConfig(
             mixed_planner().mix.table, 'int8-dynamic'))
 
 
@@ -378,9 +393,9 @@ def test_no_switch_is_planned_to_a_precision_that_is_not_clearly_faster():
     request = req(Mode.AUTO, max_new=128)
 
     def planner(low, speedup):
-        return TimeBillPlanner(lambda: SHORT, Calibrated(40), min_cut_saving=0.05,
-                               precisions={'int8-dynamic': lambda: low}, effects=effects,
-                               min_switch_speedup=speedup)
+        return make_planner(lambda: SHORT, Calibrated(40), min_cut_saving=0.05,
+                            precisions={'int8-dynamic': lambda: low}, effects=effects,
+                            min_switch_speedup=speedup)
     # INT8 steps are 2.5x faster than SHORT's: a switch is planned up to that speed-up.
     assert planner(INT8, 2.4).plan(request, 45, 3.0).fallback.precision == 'int8-dynamic'
     plan = planner(INT8, 2.6).plan(request, 45, 3.0)

@@ -31,7 +31,8 @@ def main(argv=None) -> int:
     parser.add_argument('--report', default=str(ROOT / 'results' / 'precision' / 'bench.json'))
     args = parser.parse_args(argv)
     from timebill_ros.core.cuts import CutEffects, SHIPPED
-    from timebill_ros.core.planning import MixConfig, TimeBillPlanner
+    from timebill_ros.core.config import NodeConfig
+    from timebill_ros.core.planning import MixConfig, PlannerSettings, TimeBillPlanner
     from timebill_ros.core.precision import PrecisionTable, UnitTimes
     from timebill_ros.core.request import Mode, OverrunPolicy, Rejection, Request
     from timebill_ros.core.timing import TimingModel
@@ -49,9 +50,9 @@ def main(argv=None) -> int:
     effects = CutEffects.load(SHIPPED)
     request = Request('x', '', 2.0, OverrunPolicy.KILL, Mode.AUTO, 128, 1.0)
     for name, mix in (('without the DP', None), ('with the DP', MixConfig(table, 'int8-dynamic'))):
-        planner = TimeBillPlanner(lambda: full, _Fixed(), precisions={'int8-dynamic': lambda: low},
-                                  effects=effects, mix=mix, min_cut_saving=0.05,
-                                  time_margin=0.1)
+        planner = TimeBillPlanner(lambda: full, _Fixed(), PlannerSettings.from_config(NodeConfig(
+            min_cut_saving=0.05, time_margin=0.1)), precisions={'int8-dynamic': lambda: low},
+            effects=effects, mix=mix)
         times, chosen = [], {}
         for budget in [2.0 + 0.05 * i for i in range(40)]:
             t0 = time.perf_counter()

@@ -13,7 +13,8 @@ import statistics
 import sys
 import time
 
-from timebill_ros.core.planning import MaxTokensPredictor, TimeBillPlanner
+from timebill_ros.core.config import NodeConfig
+from timebill_ros.core.planning import MaxTokensPredictor, PlannerSettings, TimeBillPlanner
 from timebill_ros.core.profile import default_path, Profile
 from timebill_ros.core.request import Mode, OverrunPolicy, Request
 from timebill_ros.core.telemetry import percentile
@@ -32,7 +33,8 @@ def main(argv=None) -> int:
         model, source = Profile.load(path).timing_model(), str(path)
     else:
         model, source = TimingModel(2e-7, 2e-3, 0.0, 5.4e-6, 0.0556), 'built-in coefficients'
-    planner = TimeBillPlanner(lambda: model, MaxTokensPredictor(), time_margin=0.05)
+    planner = TimeBillPlanner(lambda: model, MaxTokensPredictor(),
+                              PlannerSettings.from_config(NodeConfig(time_margin=0.05)))
     times = []
     for i in range(args.calls):
         request = Request('q', '', 5.0 + (i % 50) * 0.2, OverrunPolicy.KILL, Mode.EVICTION,

@@ -1,0 +1,362 @@
+"""The kinds of cut a goal may run under, one small object each.
+
+A cut knows its time estimate (prefill and decode steps, from the full-precision ETE
+and the resident precisions' ETEs), its effect on answer length and fidelity
+(core.cuts), its decode step for the per-token deadline, and its description. The
+planner judges and chooses among cut objects without asking which kind it holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+import math
+
+from timebill_ros.core.cuts import CutEffect, CutEffects
+from timebill_ros.core.early_exit import ExitRule, LayerTimes
+from timebill_ros.core.eviction import solve_alpha
+from timebill_ros.core.precision import Mix, PrecisionTable
+from timebill_ros.core.request import Mode
+from timebill_ros.core.timing import TimingModel, worst_case_tokens
+
+# Plan.precision of a per-layer mix (Plan.precision_mix names the lowered units).
+MIXED = 'mixed'
+
+
+@dataclass(frozen=True)
+class EarlyExitConfig:
+    """What the planner needs to plan early exits: the rule and per-layer time shares."""
+
+    rule: ExitRule
+    layer_times: LayerTimes
+
+    def min_step_share(self) -> float:
+        """Return the share of a full-depth step a token costs at the earliest exit."""
+        return self.layer_times.until(self.rule.exit_layers[0]) / self.layer_times.full_s
+
+
+@dataclass(frozen=True)
+class MixConfig:
+    """Per-layer mixed precision: the unit table and which resident precision is low."""
+
+    table: PrecisionTable
+    low: str
+
+    def describe(self, mix: Mix) -> str:
+        """Return a mix in words for plans and diagnostics."""
+        return (f'{self.low}: {mix.describe()} ({len(mix.lowered)} of {mix.units} units, '
+                f'predicted KL {mix.predicted_kl:.3f})')
+
+
+@dataclass(frozen=True)
+class CutContext:
+    """What cuts read besides the full-precision ETE: the planner's resources."""
+
+    precisions: dict  # resident precision -> callable returning its current TimingModel
+    effects: CutEffects
+    early_exit: EarlyExitConfig | None = None
+    mix: MixConfig | None = None
+
+    def model_of(self, precision: str) -> TimingModel:
+        """Return the current ETE of a resident precision's decode steps."""
+        return self.precisions[precision]()
+
+
+@dataclass(frozen=True)
+class Goal:
+    """One goal as the planner judges cuts for it."""
+
+    model: TimingModel  # the full-precision ETE it is planned with
+    n_x: int  # prompt tokens
+    planned: int  # answer tokens planned for (>= 1)
+    cap: int  # max_new_tokens
+    target: float  # seconds the plan may take
+    predicted: int
+    dist: object  # the predictor's calibrated length distribution, or None
+    pessimistic: float
+
+    def worst(self, tokens: int) -> int:
+        """Return the worst-case answer length planned for ``tokens`` predicted ones."""
+        return worst_case_tokens(tokens, self.pessimistic, self.cap)
+
+
+class Cut:
+    """A way to run a goal; each kind below says what it costs and does."""
+
+    mode: Mode
+    alpha: float = 0.0  # share of the prompt's KV pairs evicted
+    precision = ''  # Plan.precision of the cut ('' = the node's own dtype)
+    switch_to = ''  # a precision the decode switches to mid-answer
+    keeps_reserve = False  # full-depth full-precision steps: a faster copy may stand by
+
+    def time_s(self, ctx: CutContext, model: TimingModel, n_x: float, tokens: float) -> float:
+        """Return the seconds of a ``n_x``-token prompt and ``tokens`` answer tokens."""
+        raise NotImplementedError
+
+    def effect(self, ctx: CutContext) -> CutEffect:
+        """Return the measured effect on answer length and fidelity."""
+        raise NotImplementedError
+
+    def step_s(self, ctx: CutContext, model: TimingModel, kv: float) -> float:
+        """Return one answer token's decode step at KV length ``kv`` (per-token deadline)."""
+        raise NotImplementedError
+
+    def describe(self, ctx: CutContext) -> str:
+        """Return the cut in words, 'with ...' (for rejection reasons and notes)."""
+        raise NotImplementedError
+
+    def plan_fields(self, ctx: CutContext) -> dict:
+        """Return the Plan fields only this kind of cut sets."""
+        return {}
+
+    def concrete(self, ctx: CutContext, goal: Goal, solve: bool) -> list:
+        """Return the cuts to judge for this candidate (a bound becomes solved cuts)."""
+        return [self]
+
+    def _kept(self, n_x: float) -> float:
+        """Return the prompt's KV pairs left after eviction."""
+        return (1.0 - self.alpha) * n_x
+
+    def _evicting(self) -> list:
+        return [f'eviction ratio {self.alpha:.2f}'] if self.alpha > 0 else []
+
+
+def _with(words: list) -> str:
+    return 'with ' + ' and '.join(words) if words else 'with the full model'
+
+
+@dataclass(frozen=True)
+class Eviction(Cut):
+    """The full model, evicting ``alpha`` of the prompt's KV pairs (0: nothing evicted).
+
+    As a candidate with ``alpha`` > 0 and ``solve`` it is a bound: ``concrete`` turns it
+    into the smallest ratio that fits, the measured ratios below the bound, and the bound.
+    """
+
+    mode: Mode = Mode.EVICTION
+    alpha: float = 0.0
+    keeps_reserve = True
+
+    def time_s(self, ctx, model, n_x, tokens):
+        return model.wcet(n_x, self.alpha, tokens)
+
+    def effect(self, ctx):
+        return _product(ctx.effects.of_eviction(self.alpha), ctx.effects.of_precision(''))
+
+    def step_s(self, ctx, model, kv):
+        return model.step(kv)
+
+    def describe(self, ctx):
+        return _with(self._evicting())
+
+    def concrete(self, ctx, goal, solve):
+        if not solve or self.mode != Mode.EVICTION or self.alpha <= 0.0:
+            return [self]
+        bound = self.alpha
+        decision = solve_alpha(goal.model, goal.n_x, goal.worst(goal.planned), goal.target,
+                               bound)
+        alphas = sorted({decision.alpha, bound, *(
+            r for r in ctx.effects.eviction_ratios if r < bound)})
+        return [replace(self, alpha=alpha) for alpha in alphas]
+
+
+def _product(evict: CutEffect, precise: CutEffect) -> CutEffect:
+    return CutEffect(evict.length_factor * precise.length_factor,
+                     evict.quality * precise.quality)
+
+
+@dataclass(frozen=True)
+class Precision(Cut):
+    """Every decode step at a resident lower precision; the prefill stays full precision."""
+
+    precision: str
+    mode: Mode = Mode.EVICTION
+    alpha: float = 0.0
+
+    def time_s(self, ctx, model, n_x, tokens):
+        decode = ctx.model_of(self.precision).decode
+        return model.prefill(n_x) + decode(self._kept(n_x), tokens)
+
+    def effect(self, ctx):
+        return _product(ctx.effects.of_eviction(self.alpha),
+                        ctx.effects.of_precision(self.precision))
+
+    def step_s(self, ctx, model, kv):
+        return ctx.model_of(self.precision).step(kv)
+
+    def describe(self, ctx):
+        return _with(self._evicting() + [f'{self.precision} decoding'])
+
+
+@dataclass(frozen=True)
+class EarlyExit(Cut):
+    """Decode with early exits (and ``alpha`` eviction); planned on the earliest exit's cost."""
+
+    alpha: float = 0.0
+    mode = Mode.EARLY_EXIT
+
+    def time_s(self, ctx, model, n_x, tokens):
+        # Exits guarantee the earliest candidate's cost per token; plan on that.
+        return model.prefill(n_x) + ctx.early_exit.min_step_share() * model.decode(
+            self._kept(n_x), tokens)
+
+    def effect(self, ctx):
+        return ctx.effects.early_exit
+
+    def step_s(self, ctx, model, kv):
+        return model.step(kv) * ctx.early_exit.min_step_share()
+
+    def describe(self, ctx):
+        evict = f' and eviction ratio {self.alpha:g}' if self.alpha > 0 else ''
+        return f'with early exit at layer {ctx.early_exit.rule.exit_layers[0]}{evict}'
+
+    def plan_fields(self, ctx):
+        return {'exit_layers': tuple(ctx.early_exit.rule.exit_layers)}
+
+
+@dataclass(frozen=True)
+class MixedPrecision(Cut):
+    """Some units (decoder layers, LM head) decode at ``ctx.mix.low``, the rest at full.
+
+    As a candidate (``mix`` None) the knapsack DP of core.precision solves the mix per
+    goal in ``concrete``.
+    """
+
+    mix: Mix | None = None
+    mode = Mode.EVICTION
+    precision = MIXED
+
+    def time_s(self, ctx, model, n_x, tokens):
+        # Full-precision prefill, then the mix's decode steps.
+        return model.prefill(n_x) + mix_model(ctx, model, self.mix, n_x + tokens / 2.0) \
+            .decode(self._kept(n_x), tokens)
+
+    def effect(self, ctx):
+        low = ctx.effects.of_precision(ctx.mix.low)
+        return CutEffect(ctx.mix.table.length_factor(self.mix, low.length_factor),
+                         ctx.mix.table.fidelity(self.mix, low.quality))
+
+    def step_s(self, ctx, model, kv):
+        return mix_model(ctx, model, self.mix, kv).step(kv)
+
+    def describe(self, ctx):
+        if self.mix is None:
+            return _with([f'{self.precision} decoding'])
+        return _with([f'mixed-precision decoding ({len(self.mix.lowered)} of '
+                      f'{self.mix.units} units lowered)'])
+
+    def plan_fields(self, ctx):
+        return {'precision_mix': self.mix.lowered, 'precision_text': ctx.mix.describe(self.mix)}
+
+    def concrete(self, ctx, goal, solve):
+        """Return the least-KL mix that fits the planned length ([] when none).
+
+        Nothing lowered or everything lowered are the full and the low-precision cuts,
+        judged on their own. A mix lengthens answers by its share of the low precision's
+        factor, so the mix is solved again for the length it causes.
+        """
+        low = ctx.effects.of_precision(ctx.mix.low)
+        worst = goal.worst(goal.planned)
+        mix = mix_for(ctx, goal.model, goal.n_x, worst, goal.target)
+        if mix is not None and not mix.is_full:
+            factor = ctx.mix.table.length_factor(mix, low.length_factor)
+            longer = goal.worst(max(1, math.ceil(goal.planned * factor)))
+            if longer != worst:
+                mix = mix_for(ctx, goal.model, goal.n_x, longer, goal.target) or mix
+        if mix is None or mix.is_full or mix.is_all_low:
+            return []
+        return [MixedPrecision(mix)]
+
+
+def mix_model(ctx: CutContext, model: TimingModel, mix: Mix, kv: float) -> TimingModel:
+    """Return the ETE of decode steps at ``mix`` (scaled at KV length ``kv``)."""
+    full_step = model.step(kv)
+    low_step = ctx.model_of(ctx.mix.low).step(kv)
+    scale = ctx.mix.table.step_scale(mix, kv, full_step, low_step) / max(full_step, 1e-12)
+    return TimingModel(model.a, model.b, model.c, model.p * scale, model.q * scale)
+
+
+def mix_for(ctx: CutContext, model: TimingModel, n_x: int, worst: int,
+            target: float) -> Mix | None:
+    """Return the least-KL mix whose answer of ``worst`` tokens fits ``target``.
+
+    The per-step budget is the decode time left over the steps, at the mean KV
+    length; None when even every unit lowered cannot make it, or no step is left.
+    """
+    steps = worst - 1
+    if steps <= 0:
+        return None
+    kv = n_x + worst / 2.0
+    budget = (target - model.prefill(n_x)) / steps
+    low = ctx.model_of(ctx.mix.low)
+    return ctx.mix.table.choose(kv, model.step(kv), low.step(kv), budget)
+
+
+@dataclass(frozen=True)
+class FallbackSwitch(Cut):
+    """The full model for ``switch`` answer tokens, then ``switch_to`` for the rest.
+
+    Planned as late as still lets the low precision finish; at runtime the switch is
+    the plan's Fallback rule. Its effect is the low precision's (the planner credits
+    the answers that end before the switch with full fidelity).
+    """
+
+    switch_to: str
+    switch: int = 1
+    mode: Mode = Mode.EVICTION
+    alpha: float = 0.0
+    keeps_reserve = True
+
+    def time_s(self, ctx, model, n_x, tokens):
+        kept = self._kept(n_x)
+        return model.prefill(n_x) + model.decode(kept, self.switch) + ctx.model_of(
+            self.switch_to).decode(kept + self.switch - 1, tokens - self.switch + 1)
+
+    def effect(self, ctx):
+        return _product(ctx.effects.of_eviction(self.alpha),
+                        ctx.effects.of_precision(self.switch_to))
+
+    @classmethod
+    def latest(cls, ctx: CutContext, goal: Goal, low: Cut, worst: int):
+        """Return the latest switch from full precision to ``low``'s that still fits.
+
+        ``low`` decodes ``worst`` tokens within the goal's target; None when even a
+        switch after the first token does not fit.
+        """
+        def at(switch: int) -> FallbackSwitch:  # ``switch`` answer tokens at full precision
+            return cls(low.precision, switch, low.mode, low.alpha)
+
+        def fits(switch: int) -> bool:
+            return at(switch).time_s(ctx, goal.model, goal.n_x, worst) <= goal.target
+        if not fits(1):
+            return None
+        lo, hi = 1, worst
+        while lo < hi:  # the full-precision share only shrinks the time left: bisect
+            mid = (lo + hi + 1) // 2
+            if fits(mid):
+                lo = mid
+            else:
+                hi = mid - 1
+        return at(lo)
+
+    def step_s(self, ctx, model, kv):
+        return model.step(kv)  # it starts at full precision
+
+    def describe(self, ctx):
+        first = self._evicting()
+        return _with([f'{first[0] if first else "the full model"}, switching to '
+                      f'{self.switch_to} decoding when time runs short'])
+
+
+def cut_of(plan, ctx: CutContext) -> Cut:
+    """Return the cut a plan runs under (a planned switch counts as its full-model start).
+
+    ``plan`` is a core.planning.Plan; a mixed plan's units are its precision_mix.
+    """
+    if plan.precision == MIXED:
+        return MixedPrecision(Mix(tuple(plan.precision_mix), ctx.mix.table.units)
+                              if ctx.mix is not None else None)
+    if plan.precision:
+        return Precision(plan.precision, plan.mode, plan.eviction_ratio)
+    if plan.mode == Mode.EARLY_EXIT:
+        return EarlyExit(plan.eviction_ratio)
+    return Eviction(plan.mode, plan.eviction_ratio)
