@@ -11,40 +11,24 @@ from dataclasses import dataclass, field
 import math
 from pathlib import Path
 import threading
-from typing import Protocol
 
 from timebill_ros.core.config import NodeConfig
-from timebill_ros.core.cuts import CutEffects, SHIPPED as SHIPPED_CUT_EFFECTS
 from timebill_ros.core.early_exit import ExitRule, LayerTimes
+from timebill_ros.core.planner_settings import PlannerSettings
 from timebill_ros.core.planning import (
-    EarlyExitConfig, FullModelPlanner, MaxTokensPredictor, MixConfig, TimeBillPlanner)
-from timebill_ros.core.precision import (
-    INT8_DYNAMIC_MARGIN, PrecisionTable, shipped_unit_kl, UnitKL)
+    EarlyExitConfig, FullModelPlanner, MixConfig, TimeBillPlanner)
+from timebill_ros.core.precision import INT8_DYNAMIC_MARGIN, PrecisionTable
 from timebill_ros.core.profile import default_path, Int8Pick, Profile
 from timebill_ros.core.request import Limits, Mode
 from timebill_ros.core.timing import fewest_threads, OnlineBatchDrift, OnlineTimingModel
 from timebill_ros.runtime.early_exit import LayerwiseDecoder, measure_layer_times
 from timebill_ros.runtime.engine import Engine
-from timebill_ros.runtime.exit_heads import ExitHeads, SHIPPED_EXIT_HEADS
-from timebill_ros.runtime.model import (
-    cache_root, FLOAT32_ACTIVATIONS, ModelLoadError, precision_variant)
-from timebill_ros.runtime.precision import MixedModel, unit_times
-from timebill_ros.runtime.predictor import load_predictor, SHIPPED_HEAD
+from timebill_ros.runtime.model import cache_root, ModelLoadError, precision_variant
+from timebill_ros.runtime.precision import unit_times
 from timebill_ros.runtime.presses import press_for_plan
 from timebill_ros.runtime.profiler import batch_profile, calibrate, fastest_threads, Grid, QUICK
-
-
-class Log(Protocol):
-    """Where the assembly reports (a ROS logger, ``logging``, a list in tests)."""
-
-    def info(self, message: str) -> None:
-        """Report progress."""
-
-    def warning(self, message: str) -> None:
-        """Report a fallback."""
-
-    def error(self, message: str) -> None:
-        """Report a failure the server survived."""
+from timebill_ros.serving import artifacts
+from timebill_ros.serving.artifacts import Log
 
 
 @dataclass(frozen=True)
@@ -54,11 +38,33 @@ class Pipeline:
     planner: object
     limits: Limits
     engine: Engine
+    max_batch: int  # goals decoded together (config.max_batch)
     online: OnlineTimingModel | None = None
     online_variants: dict = field(default_factory=dict)
     early_exit: EarlyExitConfig | None = None
     # Batched decode steps (max_batch > 1): the profiled model and its online drift.
     batch: OnlineBatchDrift | None = None
+
+
+def online_model(profile: Profile, config: NodeConfig,
+                 steps_per_goal: int = 8) -> OnlineTimingModel:
+    """Return an online-refit ETE seeded with a profile's measurements."""
+    online = OnlineTimingModel(profile.timing_model(), config.ete_window,
+                               config.ete_forgetting, steps_per_goal)
+    online.seed([tuple(p) for p in profile.prefill_points],
+                [tuple(p) for p in profile.decode_points])
+    return online
+
+
+def time_copies(copies: dict) -> dict:
+    """Return {precision: {threads: best step s}} over two interleaved rounds of timing."""
+    probed: dict = {low: {} for low in copies}
+    for _ in range(2):
+        for low, variant in copies.items():
+            _, times = fastest_threads(variant)
+            for threads, step_s in times.items():
+                probed[low][threads] = min(probed[low].get(threads, math.inf), step_s)
+    return probed
 
 
 class Assembly:
@@ -75,14 +81,17 @@ class Assembly:
             cache_root(), loaded.name, loaded.device, loaded.dtype)
         # probed: precision -> {threads: step s}, timed while building the copy (int8 pick).
         self.variants, probed = self._make_variants()
-        self.mixed, self.unit_kl = self._make_mixed()
+        self.mixed, self.unit_kl = artifacts.mixed_precision(
+            log, config.precision_mix, loaded, self.variants, self.low_precision,
+            config.auto_precision)
         self.exit_rule, self.exit_heads = self._make_exit_rule()
         self.decode_threads: dict = {}  # precision -> intra-op threads of its decode steps
         if config.warm_up:
             self.engine().warm_up(press=config.press)
         self.decode_threads = self._decode_threads(probed)
-        self.predictor = self._make_predictor(config.length_predictor)
-        self.effects = self._load_cut_effects(config.cut_effects)
+        self.predictor = artifacts.length_predictor(log, config.length_predictor, loaded,
+                                                    config.length_predictor_max_tokens)
+        self.effects = artifacts.cut_effects(log, config.cut_effects, loaded)
 
     def engine(self, exit_decoder=None) -> Engine:
         """Return a new engine over the model and its resident variants."""
@@ -113,7 +122,7 @@ class Assembly:
         for precision, loaded in models.items():
             path = self.profile_path if loaded is self.loaded else \
                 self.variant_profile_path(precision)
-            keep = self._stored_threads(path, loaded)
+            keep = artifacts.stored_threads(self.log, path, loaded)
             times = probed.get(precision)
             if times:
                 best = fewest_threads(times, keep=keep)
@@ -127,17 +136,6 @@ class Assembly:
                 (' (timed by the int8 pick, best of two rounds)' if precision in probed
                  else ''))
         return chosen
-
-    @staticmethod
-    def _stored_threads(path: Path, loaded) -> int | None:
-        """Return the decode threads a matching stored profile was timed at (None: none)."""
-        try:
-            profile = Profile.load(path)
-        except ValueError:
-            return None
-        if not profile.matches(loaded.name, loaded.device, loaded.dtype):
-            return None
-        return profile.decode_threads()
 
     # -- parts that live as long as the model ------------------------------------------
 
@@ -154,49 +152,8 @@ class Assembly:
             raise ValueError('early exit needs a Llama-style model (model.model.layers)')
         rule = ExitRule(layers, self.config.early_exit_threshold_start,
                         self.config.early_exit_threshold_end)
-        return rule, self._load_exit_heads(layers)
-
-    def _load_exit_heads(self, layers: tuple):
-        """Return the exit heads the parameter asks for (None: logit lens everywhere)."""
-        choice = self.config.early_exit_heads
-        if choice == 'lens':
-            return None
-        path = SHIPPED_EXIT_HEADS if choice == 'shipped' else Path(choice)
-        if not path.is_file():
-            raise ValueError(f'early_exit_heads {choice!r}: no file at {path}')
-        heads = ExitHeads.load(path)
-        if heads.target != self.loaded.name:
-            # Maps are fitted to one model's hidden states.
-            self.log.warning(f'exit heads {path} were fitted on {heads.target!r}, '
-                             f'not {self.loaded.name!r}: using the logit lens')
-            return None
-        covered = [layer for layer in layers if layer in heads.maps]
-        self.log.info(f'exit heads from {path} at layers {covered}; logit lens at '
-                      f'{[layer for layer in layers if layer not in covered]}')
-        return ExitHeads(heads.target, {k: v for k, v in heads.maps.items() if k in covered})
-
-    def _make_predictor(self, choice: str):
-        """Build the answer-length predictor the parameter names (ValueError if unusable)."""
-        if choice == 'max-new-tokens':
-            return MaxTokensPredictor()
-        path = SHIPPED_HEAD if choice == 'rlp' else Path(choice)
-        if not path.is_file():
-            raise ValueError(f'length_predictor {choice!r}: no head file at {path}')
-        try:
-            predictor = load_predictor(path, self.loaded,
-                                       self.config.length_predictor_max_tokens)
-        except ValueError as exc:  # e.g. the head reads a layer this model does not have
-            self.log.warning(f'length predictor {path} does not fit model '
-                             f'{self.loaded.name!r} ({exc}): using max-new-tokens')
-            return MaxTokensPredictor()
-        if predictor.target != self.loaded.name:
-            # Lengths are distilled from one model; another model answers differently.
-            self.log.warning(
-                f'length predictor {path} was trained on {predictor.target!r} answers, not '
-                f'{self.loaded.name!r}: using max-new-tokens instead')
-            return MaxTokensPredictor()
-        self.log.info(f'length predictor {predictor.name} from {path}')
-        return predictor
+        return rule, artifacts.exit_heads(self.log, self.config.early_exit_heads, layers,
+                                          self.loaded)
 
     def _make_variants(self) -> tuple:
         """Quantise the resident copy MODE_AUTO may decode with ({} when off or unsupported).
@@ -231,11 +188,8 @@ class Assembly:
         ({chosen: copy}, {chosen: {threads: best step s of the two rounds}}).
         """
         path = self.int8_pick_path()
-        try:
-            pick = Int8Pick.load(path)
-        except ValueError:
-            pick = None
-        if pick is not None and pick.matches(self.loaded.name, self.loaded.device):
+        pick = artifacts.stored_int8_pick(self.log, path, self.loaded)
+        if pick is not None:
             self.log.info(f'auto_precision int8: resident {pick.chosen} copy for MODE_AUTO '
                           f'decoding, as timed at an earlier start ({path}: int8-dynamic '
                           f'{pick.dynamic_step_s * 1e3:.1f} ms, int8-weight '
@@ -243,13 +197,8 @@ class Assembly:
             return {pick.chosen: precision_variant(self.loaded, pick.chosen)}, {}
         copies = {low: precision_variant(self.loaded, low)
                   for low in ('int8-dynamic', 'int8-weight')}
-        probed: dict = {low: {} for low in copies}  # low -> {threads: best step s}
         with self.model_lock:
-            for _ in range(2):
-                for low, variant in copies.items():
-                    _, times = fastest_threads(variant)
-                    for threads, step_s in times.items():
-                        probed[low][threads] = min(probed[low].get(threads, math.inf), step_s)
+            probed = time_copies(copies)
         best = {low: min(times.values()) for low, times in probed.items()}
         pick = Int8Pick(self.loaded.name, self.loaded.device, best['int8-dynamic'],
                         best['int8-weight'])
@@ -264,39 +213,6 @@ class Assembly:
         except OSError as exc:
             self.log.warning(f'cannot store the int8 pick at {path}: {exc}')
         return {chosen: copies[chosen]}, {chosen: probed[chosen]}
-
-    def _make_mixed(self) -> tuple:
-        """Return (MixedModel, UnitKL) for per-layer precision, or (None, None) when off."""
-        choice = self.config.precision_mix
-        low = self.low_precision
-        if not choice:
-            return None, None
-        if low not in self.variants:
-            self.log.warning(f'precision_mix needs a resident auto_precision copy '
-                             f'({self.config.auto_precision!r} is not loaded): '
-                             'whole-model precision only')
-            return None, None
-        if low not in FLOAT32_ACTIVATIONS:
-            # Layers of two dtypes would hand each other mismatched hidden states.
-            self.log.warning(f'precision_mix needs auto_precision int8-dynamic or '
-                             f'int8-weight (their activations stay float32), not {low!r}: '
-                             'whole-model precision only')
-            return None, None
-        path = shipped_unit_kl(low) if choice == 'shipped' else Path(choice)
-        table = UnitKL.load(path)  # ValueError: a broken file is a configuration error
-        try:
-            mixed = MixedModel(self.loaded, self.variants[low])
-        except ValueError as exc:
-            self.log.warning(f'precision_mix unavailable: {exc}')
-            return None, None
-        if table.source != self.loaded.name or table.low != low or \
-                len(table.unit_kl) != mixed.units:
-            self.log.warning(f'precision KL {path} was measured for {table.source!r} at '
-                             f'{table.low} over {len(table.unit_kl)} units, not this model: '
-                             'whole-model precision only')
-            return None, None
-        self.log.info(f'per-layer {low} mixes from {path} ({mixed.units} units)')
-        return mixed, table
 
     def _mix_from(self, profile: Profile) -> MixConfig | None:
         """Return the DP's table: unit times from the profile (measured now if absent)."""
@@ -320,26 +236,6 @@ class Assembly:
         return MixConfig(PrecisionTable(low, times[self.loaded.dtype], times[low],
                                         self.unit_kl.unit_kl, self.unit_kl.all_low_kl), low)
 
-    def _load_cut_effects(self, choice: str) -> CutEffects:
-        """Read the measured effects of each cut ('' or a mismatch: cuts count as harmless)."""
-        if not choice:
-            return CutEffects()
-        path = SHIPPED_CUT_EFFECTS if choice == 'shipped' else Path(choice)
-        try:
-            effects = CutEffects.load(path)
-        except ValueError as exc:
-            if choice != 'shipped':
-                raise
-            self.log.warning(f'{exc}: cuts are assumed not to change answers')
-            return CutEffects()
-        if self.loaded.name not in effects.source:
-            # Measured on one model's answers; another model reacts differently.
-            self.log.warning(f'cut effects {path} were measured on another model '
-                             f'({effects.source!r}): cuts assumed harmless')
-            return CutEffects()
-        self.log.info(f'cut effects from {path} ({effects.source})')
-        return effects
-
     # -- profiles and pipelines --------------------------------------------------------
 
     def start(self) -> Pipeline:
@@ -351,7 +247,7 @@ class Assembly:
             if found is not None:
                 # One sample per goal: a copy that seldom runs must not take the speed of
                 # one goal's moment as its own (the machine's speed is the shared drift).
-                online_variants[precision] = self._online(found, steps_per_goal=1)
+                online_variants[precision] = online_model(found, self.config, steps_per_goal=1)
         return self.pipeline(profile, online_variants)
 
     def recalibrate(self, quick: bool, online_variants: dict) -> tuple:
@@ -368,24 +264,8 @@ class Assembly:
 
     def _profile_for(self, loaded, path: Path) -> Profile | None:
         """Return the profile at ``path`` if it matches ``loaded``, else calibrate if allowed."""
-        profile = None
-        if path.is_file():
-            try:
-                profile = Profile.load(path)
-            except ValueError as exc:
-                self.log.warning(str(exc))
-            if profile and not profile.matches(loaded.name, loaded.device, loaded.dtype):
-                self.log.warning(
-                    f'{path} was measured for {profile.model}/{profile.device}/'
-                    f'{profile.dtype}, not this model; ignoring it')
-                profile = None
-            threads = self.threads(loaded)
-            if profile and threads and profile.decode_threads() not in (None, threads) and \
-                    self.config.calibrate_on_start:
-                # Steps timed at another thread count mislead the ETE by up to 2x.
-                self.log.warning(f'{path} timed decode steps at {profile.decode_threads()} '
-                                 f'thread(s), the node decodes with {threads}: recalibrating')
-                profile = None
+        profile = artifacts.stored_profile(self.log, path, loaded, self.threads(loaded),
+                                           self.config.calibrate_on_start)
         if profile is None and self.config.calibrate_on_start:
             self.log.info(f'no {loaded.dtype} execution-time profile: calibrating (one-off)')
             profile = self._calibrate(self.config.calibration_quick, loaded, path)
@@ -408,14 +288,6 @@ class Assembly:
             f'{profile.heldout["prefill_mape_pct"]:.2f}%, decode step '
             f'{profile.heldout["decode_mape_pct"]:.2f}%; {where}')
         return profile
-
-    def _online(self, profile: Profile, steps_per_goal: int = 8) -> OnlineTimingModel:
-        """Return an online-refit ETE seeded with a profile's measurements."""
-        online = OnlineTimingModel(profile.timing_model(), self.config.ete_window,
-                                   self.config.ete_forgetting, steps_per_goal)
-        online.seed([tuple(p) for p in profile.prefill_points],
-                    [tuple(p) for p in profile.decode_points])
-        return online
 
     def _early_exit_from(self, profile: Profile) -> EarlyExitConfig:
         """Pair the exit rule with per-layer times from the profile (measured if absent)."""
@@ -464,20 +336,16 @@ class Assembly:
             if early_exit is not None else None)
         if profile is None:
             self.log.warning('no execution-time profile: MODE_EVICTION unavailable')
-            return Pipeline(FullModelPlanner(), config.limits(), engine)
-        online = self._online(profile)
+            return Pipeline(FullModelPlanner(), config.limits(), engine, config.max_batch)
+        online = online_model(profile, self.config)
         precisions = {precision: (lambda variant=variant: variant.model)
                       for precision, variant in online_variants.items()}
-        planner = TimeBillPlanner(lambda: online.model, self.predictor, config.alpha_max,
-                                  config.press, config.infeasible, config.time_margin,
-                                  early_exit, config.tpot_jitter, config.plan_quantile,
-                                  config.admit_probability, config.min_cut_saving,
-                                  config.auto_early_exit, precisions, self.effects,
-                                  self._mix_from(profile) if self.low_precision
-                                  in online_variants else None,
-                                  min_switch_speedup=config.min_switch_speedup)
+        planner = TimeBillPlanner(
+            lambda: online.model, self.predictor, PlannerSettings.from_config(config),
+            early_exit=early_exit, precisions=precisions, effects=self.effects,
+            mix=self._mix_from(profile) if self.low_precision in online_variants else None)
         modes = {Mode.AUTO, Mode.NONE, Mode.EVICTION}
         limits = config.limits(modes | {Mode.EARLY_EXIT} if early_exit is not None else modes,
                                frozenset(online_variants))
-        return Pipeline(planner, limits, engine, online, dict(online_variants), early_exit,
-                        self._batch_from(profile))
+        return Pipeline(planner, limits, engine, config.max_batch, online,
+                        dict(online_variants), early_exit, self._batch_from(profile))
