@@ -11,18 +11,12 @@ from timebill_ros.serving import artifacts
 TINY = SimpleNamespace(name='tiny-random', device='cpu', dtype='float32')
 
 
-class Log:
-    def __init__(self):
-        self.lines = []
-
-    def info(self, message):
-        self.lines.append(('info', message))
-
-    def warning(self, message):
-        self.lines.append(('warning', message))
-
-    def error(self, message):
-        self.lines.append(('error', message))
+def Log():  # noqa: N802 (stands in for a logger class)
+    """Return a log that keeps (level, message) pairs in ``lines``."""
+    lines = []
+    return SimpleNamespace(lines=lines, **{
+        level: (lambda message, level=level: lines.append((level, message)))
+        for level in ('info', 'warning', 'error')})
 
 
 def test_load_checked_returns_what_fits_and_warns_before_falling_back():
