@@ -259,6 +259,7 @@ def precision_variant(loaded: LoadedModel, dtype: str) -> LoadedModel:
         if dtype == 'float16' and not loaded.device.startswith('cuda'):
             raise ModelLoadError('float16 decoding runs on CUDA only (use bfloat16 on a CPU)')
         model = copy.deepcopy(loaded.model).to(getattr(torch, dtype)).eval()
+        _keep_float32_buffers(model, loaded.model)
     else:
         raise ModelLoadError(f'no {dtype} variant (int8-dynamic, int8-weight, bfloat16, '
                              'float16)')
@@ -266,6 +267,22 @@ def precision_variant(loaded: LoadedModel, dtype: str) -> LoadedModel:
                        device=loaded.device, dtype=dtype,
                        context_window=loaded.context_window, num_layers=loaded.num_layers,
                        eos_ids=loaded.eos_ids, tokenizer_lock=loaded.tokenizer_lock)
+
+
+def _keep_float32_buffers(model, original) -> None:
+    """Give a cast copy the original's float32 buffers (RoPE's inv_freq), as loading does.
+
+    ``Module.to(dtype)`` casts buffers too; a model loaded at 16 bits keeps its
+    rotary frequencies in float32, and bfloat16 frequencies shift every position's
+    rotation (the copy's tokens then differ from the model built at 16 bits).
+    """
+    import torch
+    kept = dict(original.named_buffers())
+    for name, buffer in list(model.named_buffers()):
+        source = kept.get(name)
+        if source is not None and source.dtype == torch.float32 != buffer.dtype:
+            owner, _, attr = name.rpartition('.')
+            setattr(model.get_submodule(owner), attr, source.clone())
 
 
 def match_cache(cache, model):
