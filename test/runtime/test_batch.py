@@ -1,4 +1,4 @@
-"""Batched decoding: joins at token boundaries, leaves, padding; tokens equal solo runs."""
+"""Batch lanes: joins at token boundaries, leaves, padding; tokens equal solo runs."""
 
 import pytest
 
@@ -7,6 +7,7 @@ from timebill_ros.runtime.batch import BatchDecoder
 from timebill_ros.runtime.engine import Engine
 from timebill_ros.runtime.model import load_model, prompt_ids
 from timebill_ros.runtime.presses import press_for_plan
+from timebill_ros.serving.loop import generate
 
 PROMPTS = {'short': 'Stop or go?', 'mid': 'Report the battery level of the robot now.',
            'long': 'Summarise the route: ' + 'turn left at the dock, ' * 12}
@@ -19,8 +20,15 @@ def tiny():
 
 def solo(engine, ids, n, plan=Plan()):
     tokens = []
-    engine.generate(ids, n, plan, lambda event: tokens.append(event.token_id) or True)
+    generate(engine, ids, n, plan, lambda event: tokens.append(event.token_id) or True)
     return tokens
+
+
+def greedy(batch, got):
+    """Step the batch on each sequence's last token; append each next token."""
+    steps = batch.step({key: got[key][-1] for key in batch.keys})
+    for key, step in steps.items():
+        got[key].append(int(step.logits.argmax()))
 
 
 def test_each_sequence_decodes_as_it_would_alone(tiny):
@@ -33,14 +41,13 @@ def test_each_sequence_decodes_as_it_would_alone(tiny):
     got = {k: [] for k in ids}
 
     def join(key):
-        cache, first, stats = engine.prefill(ids[key], plans[key])
+        cache, logits, stats = engine.prefill(ids[key], plans[key])
         assert stats.kv_tokens_after_prefill == cache.get_seq_length()
-        got[key].append(first)
-        batch.join(key, cache, first, len(ids[key]))
+        got[key].append(int(logits.argmax()))
+        batch.join(key, cache, len(ids[key]))
 
     def step():
-        for key, token in batch.step().items():
-            got[key].append(token)
+        greedy(batch, got)
     join('long')  # joins alone, then the others at token boundaries
     step()
     step()
@@ -67,23 +74,23 @@ def test_a_sequence_taken_out_continues_in_another_batch_as_it_would_alone(tiny)
     ids = {k: prompt_ids(tiny.tokenizer, v) for k, v in PROMPTS.items()}
     want = solo(engine, ids['short'], 14)
     first, second = BatchDecoder(tiny.model), BatchDecoder(tiny.model)
-    got = []
+    got = {'long': [], 'short': [], 'mid': []}
     for key in ('long', 'short'):  # 'short' is left-padded behind 'long'
-        cache, token, _ = engine.prefill(ids[key], Plan())
-        if key == 'short':
-            got.append(token)
-        first.join(key, cache, token, len(ids[key]))
+        cache, logits, _ = engine.prefill(ids[key], Plan())
+        got[key].append(int(logits.argmax()))
+        first.join(key, cache, len(ids[key]))
     for _ in range(5):
-        got.append(first.step()['short'])
-    cache, token, position = first.take('short')
+        greedy(first, got)
+    cache, position = first.take('short')
     assert first.keys == ['long'] and cache.get_seq_length() == len(ids['short']) + 5
-    assert token == got[-1] and position == len(ids['short']) + 5
-    cache2, token2, _ = engine.prefill(ids['mid'], Plan())
-    second.join('mid', cache2, token2, len(ids['mid']))
-    second.join('short', cache, token, position)
-    while len(got) < 14:
-        got.append(second.step()['short'])
-    assert got == want
+    assert position == len(ids['short']) + 5
+    cache2, logits2, _ = engine.prefill(ids['mid'], Plan())
+    got['mid'].append(int(logits2.argmax()))
+    second.join('mid', cache2, len(ids['mid']))
+    second.join('short', cache, position)
+    while len(got['short']) < 14:
+        greedy(second, got)
+    assert got['short'] == want
 
 
 def test_a_float32_cache_joins_a_16_bit_batch_cast_to_its_precision(tiny):
@@ -95,11 +102,10 @@ def test_a_float32_cache_joins_a_16_bit_batch_cast_to_its_precision(tiny):
     batch = BatchDecoder(variant.model)
     got = {}
     for key in ids:
-        cache, first, _ = engine.prefill(ids[key], Plan(precision='bfloat16'))
-        got[key] = [first]
-        batch.join(key, cache, first, len(ids[key]))  # a float32 prefill's cache
+        cache, logits, _ = engine.prefill(ids[key], Plan(precision='bfloat16'))
+        got[key] = [int(logits.argmax())]
+        batch.join(key, cache, len(ids[key]))  # a float32 prefill's cache
     while len(got['short']) < 8:
-        for key, token in batch.step().items():
-            got[key].append(token)
+        greedy(batch, got)
     for key in ids:
         assert got[key] == want[key], key

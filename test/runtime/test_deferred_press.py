@@ -9,6 +9,7 @@ from timebill_ros.core.execution import PrefillDecision  # noqa: E402
 from timebill_ros.core.planning import Plan  # noqa: E402
 from timebill_ros.core.request import Rejection  # noqa: E402
 from timebill_ros.runtime.engine import Engine  # noqa: E402
+from timebill_ros.serving.loop import generate  # noqa: E402
 from timebill_ros.runtime.model import load_model, prompt_ids  # noqa: E402
 from timebill_ros.runtime.presses import press_for_plan, PRESSES  # noqa: E402
 
@@ -22,7 +23,7 @@ def prefill_cache(tiny, ids, plan, decide=None):
     from transformers import DynamicCache
     from timebill_ros.core.execution import GenerationStats
     engine, cache = Engine(tiny, press_for_plan), DynamicCache()
-    stats = engine.generate(ids, 1, plan, lambda ev: True, decide=decide)
+    stats = generate(engine, ids, 1, plan, lambda ev: True, decide=decide)
     # Prefill once more into a cache of our own to compare it layer by layer.
     with torch.inference_mode():
         out, used = engine._prefill(torch.tensor([ids]), cache, plan, decide,
@@ -60,11 +61,11 @@ def test_deciding_no_eviction_keeps_the_whole_cache_and_rejection_propagates(tin
     def refuse(hidden):
         raise Rejection('too late')
     with pytest.raises(Rejection, match='too late'):
-        Engine(tiny, press_for_plan).generate(ids, 3, Plan(), lambda ev: True,
-                                              decide=PrefillDecision(2, refuse))
+        generate(Engine(tiny, press_for_plan), ids, 3, Plan(), lambda ev: True,
+                 decide=PrefillDecision(2, refuse))
     with pytest.raises(ValueError, match='decision layer'):
-        Engine(tiny, press_for_plan).generate(ids, 3, Plan(), lambda ev: True,
-                                              decide=PrefillDecision(99, lambda h: Plan()))
+        generate(Engine(tiny, press_for_plan), ids, 3, Plan(), lambda ev: True,
+                 decide=PrefillDecision(99, lambda h: Plan()))
     # The model is left without hooks: a plain run still keeps every token.
-    stats = Engine(tiny, press_for_plan).generate(ids, 2, Plan(), lambda ev: True)
+    stats = generate(Engine(tiny, press_for_plan), ids, 2, Plan(), lambda ev: True)
     assert stats.kv_tokens_after_prefill == len(ids)

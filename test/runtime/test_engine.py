@@ -6,6 +6,7 @@ torch = pytest.importorskip('torch')
 
 from timebill_ros.core.planning import Plan  # noqa: E402
 from timebill_ros.runtime.engine import Engine, StreamDecoder  # noqa: E402
+from timebill_ros.serving.loop import generate  # noqa: E402
 from timebill_ros.runtime.model import (  # noqa: E402
     intra_op_threads, load_model, ModelLoadError, precision_variant, prompt_ids)
 
@@ -30,7 +31,7 @@ def test_engine_matches_transformers_greedy(tiny):
     ids = prompt_ids(tiny.tokenizer, 'Tell me about robots.')
     engine = Engine(tiny)
     got = []
-    stats = engine.generate(ids, 12, Plan(), lambda ev: got.append(ev.token_id) or True)
+    stats = generate(engine, ids, 12, Plan(), lambda ev: got.append(ev.token_id) or True)
     ref = tiny.model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)
     assert got == ref[0, len(ids):].tolist()
     assert stats.tokens == 12 and stats.stop == 'max_tokens'
@@ -41,7 +42,7 @@ def test_engine_matches_transformers_greedy(tiny):
 def test_hook_false_stops_after_that_token(tiny):
     ids = prompt_ids(tiny.tokenizer, 'Count.')
     seen = []
-    stats = Engine(tiny).generate(ids, 50, Plan(), lambda ev: seen.append(ev) or len(seen) < 3)
+    stats = generate(Engine(tiny), ids, 50, Plan(), lambda ev: seen.append(ev) or len(seen) < 3)
     assert stats.tokens == 3 and stats.stop == 'stopped' and len(seen) == 3
 
 
@@ -59,8 +60,8 @@ def test_int8_dynamic_quantisation_loads_and_generates():
     modules = list(loaded.model.modules())
     assert not any(type(m) is torch.nn.Linear for m in modules)  # every one quantised
     assert any(isinstance(m, torch.ao.nn.quantized.dynamic.Linear) for m in modules)
-    stats = Engine(loaded).generate(loaded.tokenizer('hello')['input_ids'], 5, Plan(),
-                                    lambda event: True)
+    stats = generate(Engine(loaded), loaded.tokenizer('hello')['input_ids'], 5, Plan(),
+                     lambda event: True)
     assert stats.tokens == 5 or stats.stop == 'eos'
 
 
@@ -84,7 +85,7 @@ def test_a_resident_int8_copy_runs_the_decode_steps_of_plans_asking_for_it(tiny)
     engine = Engine(tiny, variants={'int8-dynamic': variant}, decode_threads=1)
     ids = prompt_ids(tiny.tokenizer, 'Report the battery level.')
     try:
-        stats = engine.generate(ids, 6, Plan(precision='int8-dynamic'), lambda event: True)
+        stats = generate(engine, ids, 6, Plan(precision='int8-dynamic'), lambda event: True)
     finally:
         for handle in handles:
             handle.remove()
@@ -97,17 +98,17 @@ def test_a_resident_int8_copy_runs_the_decode_steps_of_plans_asking_for_it(tiny)
                variant.model.register_forward_pre_hook(counter('int8'))]
     full, mixed = [], []
     try:
-        engine.generate(ids, 6, Plan(), lambda event: full.append(event.token_id) or True)
+        generate(engine, ids, 6, Plan(), lambda event: full.append(event.token_id) or True)
         calls.update(float32=0, int8=0)
-        stats = engine.generate(ids, 6, Plan(), lambda event: mixed.append(event.token_id)
-                                or True, switch=lambda i: 'int8-dynamic' if i >= 2 else '')
+        stats = generate(engine, ids, 6, Plan(), lambda event: mixed.append(event.token_id)
+                         or True, switch=lambda i: 'int8-dynamic' if i >= 2 else '')
     finally:
         for handle in handles:
             handle.remove()
     assert stats.switched_at == 2 and stats.switched_to == 'int8-dynamic'
     assert calls == {'float32': 3, 'int8': 3} and mixed[:3] == full[:3]
     with pytest.raises(ValueError, match='no resident fp4'):
-        engine.generate(ids, 2, Plan(precision='fp4'), lambda event: True)
+        generate(engine, ids, 2, Plan(precision='fp4'), lambda event: True)
     with pytest.raises(ModelLoadError):
         precision_variant(variant, 'int8-dynamic')  # only float32 -> int8
 
@@ -143,12 +144,12 @@ def test_a_16_bit_copy_decodes_on_a_cast_cache_as_a_model_built_at_16_bit(tiny):
                             position_ids=torch.tensor([[len(ids) + index]]), use_cache=True)
         return tokens
     got = []
-    engine.generate(ids, 6, Plan(precision='bfloat16'),
-                    lambda event: got.append(event.token_id) or True)
+    generate(engine, ids, 6, Plan(precision='bfloat16'),
+             lambda event: got.append(event.token_id) or True)
     assert got == reference(0)
     got = []
-    stats = engine.generate(ids, 6, Plan(), lambda event: got.append(event.token_id) or True,
-                            switch=lambda i: 'bfloat16' if i >= 2 else '')
+    stats = generate(engine, ids, 6, Plan(), lambda event: got.append(event.token_id) or True,
+                     switch=lambda i: 'bfloat16' if i >= 2 else '')
     assert stats.switched_to == 'bfloat16' and got == reference(2)
 
 
@@ -167,16 +168,27 @@ def test_each_precision_decodes_with_its_own_thread_count(tiny):
     ids = prompt_ids(tiny.tokenizer, 'Report the battery level.')
     before = torch.get_num_threads()
 
-    def seen(into):
-        # The hook runs on the decoding thread, inside the engine's thread scope.
-        return lambda event: into.append(torch.get_num_threads()) or True
-    full, low, switched = [], [], []
-    engine.generate(ids, 4, Plan(), seen(full))
-    engine.generate(ids, 4, Plan(precision='int8-dynamic'), seen(low))
-    engine.generate(ids, 5, Plan(), seen(switched),
-                    switch=lambda i: 'int8-dynamic' if i >= 1 else '')
-    assert full == [1] * 4 and low == [2] * 4
-    assert switched == [1, 1, 2, 2, 2]  # token 2 is the first one decoded in int8
+    calls = []  # (model, intra-op threads) per forward pass: prefill, then decode steps
+
+    def record(name):
+        return lambda module, args: calls.append((name, torch.get_num_threads()))
+    hooks = [tiny.model.register_forward_pre_hook(record('float32')),
+             variant.model.register_forward_pre_hook(record('int8'))]
+    try:
+        runs = []
+        for plan, n, switch in ((Plan(), 4, None), (Plan(precision='int8-dynamic'), 4, None),
+                                (Plan(), 5, lambda i: 'int8-dynamic' if i >= 1 else '')):
+            calls.clear()
+            generate(engine, ids, n, plan, lambda event: True, switch=switch)
+            runs.append(list(calls))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    prefill = ('float32', before)  # the prefill keeps the thread's own setting
+    assert runs[0] == [prefill] + [('float32', 1)] * 3
+    assert runs[1] == [prefill] + [('int8', 2)] * 3
+    # Step 0 (after answer token 0) at full precision, the rest on the int8 copy.
+    assert runs[2] == [prefill, ('float32', 1)] + [('int8', 2)] * 3
     assert torch.get_num_threads() == before
 
 

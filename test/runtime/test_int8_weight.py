@@ -8,6 +8,7 @@ torch = pytest.importorskip('torch')
 
 from timebill_ros.core.planning import Plan  # noqa: E402
 from timebill_ros.runtime.engine import Engine  # noqa: E402
+from timebill_ros.serving.loop import generate  # noqa: E402
 from timebill_ros.runtime.int8_weight import Int8WeightLinear  # noqa: E402
 from timebill_ros.runtime.model import (  # noqa: E402
     load_model, ModelLoadError, precision_variant, prompt_ids)
@@ -80,10 +81,10 @@ def test_int8_weight_decodes_after_a_float32_prefill_alone_switched_and_mixed(ti
                                use_cache=True).logits
         return out
     pinned, switched = [], []
-    engine.generate(ids, 6, Plan(precision='int8-weight'),
-                    lambda event: pinned.append(event.token_id) or True)
-    stats = engine.generate(ids, 6, Plan(), lambda event: switched.append(event.token_id)
-                            or True, switch=lambda i: 'int8-weight' if i >= 2 else '')
+    generate(engine, ids, 6, Plan(precision='int8-weight'),
+             lambda event: pinned.append(event.token_id) or True)
+    stats = generate(engine, ids, 6, Plan(), lambda event: switched.append(event.token_id)
+                     or True, switch=lambda i: 'int8-weight' if i >= 2 else '')
     assert pinned == by_hand(1, 6)
     assert stats.switched_to == 'int8-weight' and switched == by_hand(3, 6)
     # Per-layer: its layers hand float32 hidden states to float32 ones.

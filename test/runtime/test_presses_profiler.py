@@ -5,11 +5,14 @@ import pytest
 pytest.importorskip('kvpress')
 
 from timebill_ros.core.eviction import press_skip_reason  # noqa: E402
-from timebill_ros.core.planning import MaxTokensPredictor, Plan, TimeBillPlanner  # noqa: E402
+from timebill_ros.core.config import NodeConfig  # noqa: E402
+from timebill_ros.core.planning import (  # noqa: E402
+    MaxTokensPredictor, Plan, PlannerSettings, TimeBillPlanner)
 from timebill_ros.core.request import Mode, OverrunPolicy, Request  # noqa: E402
 from timebill_ros.core.timing import TimingModel  # noqa: E402
 from timebill_ros.core.profile import Profile  # noqa: E402
 from timebill_ros.runtime.engine import Engine  # noqa: E402
+from timebill_ros.serving.loop import generate  # noqa: E402
 from timebill_ros.runtime.model import load_model, prompt_ids  # noqa: E402
 from timebill_ros.runtime.presses import make_press, press_for_plan, PRESSES  # noqa: E402
 from timebill_ros.runtime.profiler import calibrate, fastest_threads, Grid  # noqa: E402
@@ -23,8 +26,8 @@ def tiny():
 @pytest.mark.parametrize('name', PRESSES)
 def test_press_shrinks_the_cache_and_decoding_goes_on(tiny, name):
     ids = prompt_ids(tiny.tokenizer, 'Summarise.', 'word ' * 600)
-    stats = Engine(tiny, press_for_plan).generate(
-        ids, 5, Plan(eviction_ratio=0.5, press=name), lambda ev: True)
+    stats = generate(Engine(tiny, press_for_plan),
+                     ids, 5, Plan(eviction_ratio=0.5, press=name), lambda ev: True)
     assert stats.kv_tokens_after_prefill == pytest.approx(len(ids) * 0.5, abs=2)
     assert stats.tokens == 5
 
@@ -38,17 +41,18 @@ def test_a_5_token_prompt_never_fails_under_any_press(tiny, name):
     ids = (ids * 5)[:5]
     request = Request('stop or go', '', 3.0, OverrunPolicy.KILL, Mode.EVICTION, 4, 1.0,
                       eviction_ratio=0.5)
-    plan = TimeBillPlanner(lambda: TimingModel(0.0, 1e-3, 0.0, 1e-5, 0.01),
-                           MaxTokensPredictor(), press=name).plan(request, len(ids), 3.0)
+    plan = TimeBillPlanner(lambda: TimingModel(0.0, 1e-3, 0.0, 1e-5, 0.01), MaxTokensPredictor(),
+                           PlannerSettings.from_config(NodeConfig(press=name))).plan(
+                               request, len(ids), 3.0)
     if plan.eviction_ratio == 0.0:
         assert name in plan.note and 'skipped' in plan.note
-    stats = Engine(tiny, press_for_plan).generate(
-        ids, 4, Plan(prompt_tokens=5, eviction_ratio=0.5, press=name), lambda ev: True)
+    stats = generate(Engine(tiny, press_for_plan), ids, 4,
+                     Plan(prompt_tokens=5, eviction_ratio=0.5, press=name), lambda ev: True)
     assert stats.tokens >= 1 and 1 <= stats.kv_tokens_after_prefill <= 5
     for alpha in (0.5, 0.95):
         reason = press_skip_reason(name, 5, alpha)
-        stats = Engine(tiny, press_for_plan).generate(
-            ids, 2, Plan(prompt_tokens=5, eviction_ratio=alpha, press=name), lambda ev: True)
+        stats = generate(Engine(tiny, press_for_plan), ids, 2,
+                         Plan(prompt_tokens=5, eviction_ratio=alpha, press=name), lambda ev: True)
         assert (stats.kv_tokens_after_prefill == 5) == bool(reason)
 
 

@@ -14,6 +14,7 @@ from timebill_ros.core.request import GoalSpec, Mode, Outcome, OverrunPolicy, Re
 from timebill_ros.runtime.model import load_model, prompt_ids
 from timebill_ros.serving.assembly import Assembly
 from timebill_ros.serving.jobs import JobHooks
+from timebill_ros.serving.loop import generate
 from timebill_ros.serving.server import Server
 
 
@@ -151,7 +152,7 @@ def test_a_full_queue_rejects_with_the_reason_and_held_places_count(loaded):
             first = server.admit(spec(), 'a')
             server.submit(first)
             wait_executing(server)
-            server.hold(server.admit(spec(), 'b'))  # accepted by DDS, not yet started
+            server.admit(spec(), 'b')  # accepted by DDS (its place held), not yet started
             server.submit(server.admit(spec(), 'c'))
             with pytest.raises(Rejection, match='queue full'):
                 server.submit(server.admit(spec(), 'd'))
@@ -570,9 +571,8 @@ def test_auto_precision_int8_keeps_the_one_int8_copy_its_timing_picks(loaded, tm
     times = re.findall(r'(int8-\w+) ([0-9.]+) ms', line)
     assert pick_int8(*(float(ms) for _, ms in times)) == low
     tokens = []
-    assembly.engine().generate(prompt_ids(loaded.tokenizer, 'Stop or go?'), 3,
-                               Plan(precision=low),
-                               lambda event: tokens.append(event.token_id) or True)
+    generate(assembly.engine(), prompt_ids(loaded.tokenizer, 'Stop or go?'), 3,
+             Plan(precision=low), lambda event: tokens.append(event.token_id) or True)
     assert len(tokens) == 3
     # The pick's probe of the kept copy chose its decode threads: it is not probed again.
     threads = [line for _, line in log.lines if 'decode steps:' in line]
@@ -614,7 +614,7 @@ def test_a_16_bit_auto_precision_copy_is_resident_and_takes_no_per_layer_mix(loa
     assert any('precision_mix needs auto_precision int8-dynamic' in line
                for _, line in log.lines)
     tokens = []
-    stats = assembly.engine().generate(prompt_ids(loaded.tokenizer, 'Stop or go?'), 4,
-                                       Plan(precision='bfloat16'),
-                                       lambda event: tokens.append(event.token_id) or True)
+    stats = generate(assembly.engine(), prompt_ids(loaded.tokenizer, 'Stop or go?'), 4,
+                     Plan(precision='bfloat16'),
+                     lambda event: tokens.append(event.token_id) or True)
     assert stats.tokens == len(tokens) > 0

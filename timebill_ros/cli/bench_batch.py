@@ -42,17 +42,19 @@ def bound(sizes: list, steps: int, threads: int) -> dict:
     items = robot_workload.load('test')
     out = {}
     for size in sizes:
-        batch = BatchDecoder(loaded.model, loaded.device)
+        batch, feed = BatchDecoder(loaded.model, loaded.device), {}
         for i in range(size):
             ids = prompt_ids(loaded.tokenizer, items[i].instruction)
-            cache, token, _ = engine.prefill(ids, Plan())
-            batch.join(f's{i}', cache, token, len(ids))
+            cache, logits, _ = engine.prefill(ids, Plan())
+            batch.join(f's{i}', cache, len(ids))
+            feed[f's{i}'] = engine.pick(logits)
         times = []
         with intra_op_threads(threads):
             for _ in range(steps):
                 t = time.perf_counter()
-                batch.step()
+                steps_out = batch.step(feed)
                 times.append(time.perf_counter() - t)
+                feed = {key: engine.pick(step.logits) for key, step in steps_out.items()}
         out[size] = statistics.median(times[2:])
     return out
 

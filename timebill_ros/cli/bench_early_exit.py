@@ -36,6 +36,7 @@ import time
 
 from timebill_ros.cli.common import machine
 from timebill_ros.evaluation import metrics, tasks
+from timebill_ros.serving.loop import generate
 
 THRESHOLDS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
@@ -45,7 +46,7 @@ def full_answer(loaded, ids: list, max_new: int) -> list:
     from timebill_ros.core.planning import Plan
     from timebill_ros.runtime.engine import Engine
     tokens = []
-    Engine(loaded).generate(ids, max_new, Plan(), lambda e: tokens.append(e.token_id) or True)
+    generate(Engine(loaded), ids, max_new, Plan(), lambda e: tokens.append(e.token_id) or True)
     return tokens
 
 
@@ -97,9 +98,9 @@ def sweep_one(loaded, decoder, ids: list, max_new: int, budget_s: float) -> dict
     from timebill_ros.core.request import Mode
     from timebill_ros.runtime.engine import Engine
     tokens = []
-    stats = Engine(loaded, exit_decoder=decoder).generate(
-        ids, max_new, Plan(mode=Mode.EARLY_EXIT), lambda e: tokens.append(e.token_id) or True,
-        token_budget=lambda index: budget_s)
+    stats = generate(Engine(loaded, exit_decoder=decoder), ids, max_new,
+                     Plan(mode=Mode.EARLY_EXIT), lambda e: tokens.append(e.token_id) or True,
+                     token_budget=lambda index: budget_s)
     return {'tokens': tokens, 'kinds': stats.exit_kinds, 'times': stats.step_times}
 
 

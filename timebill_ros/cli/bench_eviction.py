@@ -32,6 +32,7 @@ from timebill_ros.cli.demo import ROOT
 from timebill_ros.evaluation.metrics import exact_match, normalize_answer, token_f1
 from timebill_ros.evaluation.tasks import (
     DATA_PACKAGE, data_file, DOCUMENT, hotpotqa_items, INSTRUCTION, squad_items)
+from timebill_ros.serving.loop import generate
 
 ALPHAS = (0.0, 0.25, 0.5, 0.75, 0.95)
 DATASETS = ('squad', 'hotpotqa')
@@ -84,7 +85,7 @@ def run_one(engine, ids: list, max_new_tokens: int, plan) -> tuple:
     def on_token(event) -> bool:
         pieces.append(event.text_delta)
         return True
-    stats = engine.generate(ids, max_new_tokens, plan, on_token)
+    stats = generate(engine, ids, max_new_tokens, plan, on_token)
     return ''.join(pieces), stats
 
 

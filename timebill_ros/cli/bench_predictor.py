@@ -19,6 +19,8 @@ import statistics
 import sys
 import time
 
+from timebill_ros.serving.loop import generate
+
 
 def main(argv=None) -> int:
     """Print per prompt length the time each way and the overhead over the baseline."""
@@ -67,18 +69,18 @@ def main(argv=None) -> int:
         ids = prompt_ids(loaded.tokenizer, request.instruction, request.context)
 
         def known():
-            engine.generate(ids, 1, evict, lambda ev: True)
+            generate(engine, ids, 1, evict, lambda ev: True)
 
         def admission():
             predictor.predict(request, len(ids))
-            engine.generate(ids, 1, evict, lambda ev: True)
+            generate(engine, ids, 1, evict, lambda ev: True)
 
         def in_prefill():
             def plan_from(hidden):
                 predictor.predict_from_hidden(hidden, request)
                 return evict
-            engine.generate(ids, 1, Plan(), lambda ev: True,
-                            decide=PrefillDecision(predictor.prefill_layer, plan_from))
+            generate(engine, ids, 1, Plan(), lambda ev: True,
+                     decide=PrefillDecision(predictor.prefill_layer, plan_from))
 
         ways = {'known': known, 'admission': admission, 'in_prefill': in_prefill}
         if encoder is not None:

@@ -23,6 +23,8 @@ import time
 
 import numpy as np
 
+from timebill_ros.serving.loop import generate
+
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / 'timebill_ros' / 'data' / 'cut_effects.json'  # = core.cuts.SHIPPED
 PRECISIONS = ('int8-dynamic', 'int8-weight')
@@ -35,7 +37,7 @@ def answer(engine, ids, plan, max_new_tokens: int) -> tuple:
     def keep(event) -> bool:
         parts.append(event.text_delta)
         return True
-    stats = engine.generate(ids, max_new_tokens, plan, keep)
+    stats = generate(engine, ids, max_new_tokens, plan, keep)
     return ''.join(parts), stats.tokens
 
 

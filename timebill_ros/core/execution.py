@@ -1,12 +1,13 @@
-"""Run one planned request through an engine, applying the deadline rules per token."""
+"""One goal's token-boundary rules and results, for the one decode loop (serving/loop.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from typing import Callable
 
-from timebill_ros.core.deadline import after_token, DeadlineClock, finished_outcome, Step
-from timebill_ros.core.planning import Plan
+from timebill_ros.core.deadline import (
+    after_token, closes_batch, DeadlineClock, finished_outcome, Step)
+from timebill_ros.core.planning import Fallback, Plan
 from timebill_ros.core.request import Outcome, OverrunPolicy, Rejection, Request
 
 
@@ -57,20 +58,6 @@ class PrefillDecision:
 
     layer: int
     plan_from: Callable[[object], Plan]
-
-
-class Engine(Protocol):
-    """A model runner: prefill then decode, calling ``on_token`` after every token."""
-
-    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, plan: Plan,
-                 on_token: Callable[[TokenEvent], bool],
-                 token_budget: Callable[[int], float | None] | None = None,
-                 decide: PrefillDecision | None = None,
-                 switch: Callable[[int], str] | None = None) -> GenerationStats:
-        """Generate until EOS, ``max_new_tokens`` or ``on_token`` returns False.
-
-        ``switch(i)`` names a precision decode step i and the rest run at ('' = stay).
-        """
 
 
 @dataclass
@@ -145,6 +132,35 @@ class JobRun:
                                 self.cancel_requested())
         return self.last == Step.CONTINUE
 
+    @property
+    def closes_batch(self) -> bool:
+        """Tell whether no goal may join while this one decodes (Skip-Next)."""
+        return closes_batch(self.request.policy)
+
+    def token_budget(self, index: int) -> float:
+        """Return the seconds decode step ``index`` may take (early exit's exit rule).
+
+        Step ``index`` produces answer token index + 2; the time left is shared by the
+        tokens still to come (worst case), and a per-token deadline caps that share.
+        """
+        worst = self.plan.worst_case_tokens or self.request.max_new_tokens
+        to_come = max(1, worst - index - 1)
+        share = max(0.0, self.clock.remaining()) / to_come
+        deadline = self.request.token_deadline_s
+        return min(share, deadline) if deadline > 0 else share
+
+    def switch_to(self, index: int, sharing: Callable[[Fallback], Fallback] | None) -> str:
+        """Name the precision decode step ``index`` and the rest run at ('' = stay).
+
+        ``sharing`` turns the plan's rule into the one for a goal whose tokens cost a
+        round shared with other goals (None: it decodes alone).
+        """
+        fallback = self.plan.fallback
+        if fallback is None:
+            return ''
+        rule = sharing(fallback) if sharing is not None else fallback
+        return fallback.precision if rule.due(index, self.clock.remaining()) else ''
+
     def failed(self, exc: Exception) -> JobResult:
         """Return the result of a goal whose generation raised ``exc``."""
         now = self.clock.now()
@@ -172,48 +188,6 @@ class JobRun:
             plan=self.plan, kv_tokens=stats.kv_tokens_after_prefill,
             exit_kinds=tuple(stats.exit_kinds), switched_at=stats.switched_at,
             switched_to=stats.switched_to, batch_peak=stats.batch_peak)
-
-
-def run_job(engine: Engine, prompt_ids: Sequence[int], request: Request, plan: Plan,
-            clock: DeadlineClock, cancel_requested: Callable[[], bool],
-            on_feedback: Feedback, decide: PrefillDecision | None = None) -> JobResult:
-    """Run a request now; stop at the first token boundary the rules say to stop at.
-
-    With ``decide`` the plan is remade during prefill (``plan`` is then the
-    admission plan); a Rejection from it ends the goal as REJECTED.
-    """
-    run = JobRun(request, plan, clock, cancel_requested, on_feedback)
-    ended = run.before_start()
-    if ended is not None:
-        return ended
-    tracked = None
-    if decide is not None:
-        def plan_from(hidden) -> Plan:
-            run.plan = decide.plan_from(hidden)
-            return run.plan
-        tracked = PrefillDecision(decide.layer, plan_from)
-
-    def token_budget(index: int) -> float:
-        # Early exit: decode step ``index`` produces answer token index + 2; the time
-        # left is shared by the tokens still to come (worst case), and a per-token
-        # deadline caps that share.
-        worst = run.plan.worst_case_tokens or request.max_new_tokens
-        to_come = max(1, worst - index - 1)
-        share = max(0.0, clock.remaining()) / to_come
-        return min(share, request.token_deadline_s) if request.token_deadline_s > 0 else share
-
-    def switch(index: int) -> str:
-        fallback = run.plan.fallback
-        if fallback is not None and fallback.due(index, clock.remaining()):
-            return fallback.precision
-        return ''
-
-    try:
-        stats = engine.generate(prompt_ids, request.max_new_tokens, plan, run.on_token,
-                                token_budget, tracked, switch)
-    except Exception as exc:  # noqa: BLE001 - any engine failure must end the goal cleanly
-        return run.failed(exc)
-    return run.finish(stats)
 
 
 def _reason(outcome: Outcome, met: bool, stats: GenerationStats, slack: float) -> str:

@@ -116,13 +116,14 @@ class Planner(Protocol):
         batch: ``BatchTimingModel.member``).
         """
 
-    def estimate_s(self, plan: Plan, tokens: float, timing: TimingModel | None = None
-                   ) -> float:
+    def estimate_s(self, plan: Plan, tokens: float, timing: TimingModel | None = None,
+                   switched_to: str = '', switched_at: int = -1) -> float:
         """Return the estimated seconds of ``plan`` producing ``tokens`` answer tokens.
 
         The one time estimate of a plan: the planner's WCET, admission's expected time
         of a queued goal and learning's ETE error all call it. ``timing`` replaces the
-        full-precision ETE (a batch's steps); None uses the planner's own.
+        full-precision ETE (a batch's steps); None uses the planner's own. A goal that
+        switched precision at decode step ``switched_at`` is timed with the switch.
         """
 
 
@@ -138,8 +139,8 @@ class FullModelPlanner:
         return Plan(mode=Mode.NONE, prompt_tokens=prompt_tokens,
                     pessimistic_factor=request.pessimistic_factor)
 
-    def estimate_s(self, plan: Plan, tokens: float, timing: TimingModel | None = None
-                   ) -> float:
+    def estimate_s(self, plan: Plan, tokens: float, timing: TimingModel | None = None,
+                   switched_to: str = '', switched_at: int = -1) -> float:
         """Return ``timing``'s time for the plan's prompt and ``tokens`` (0 without one)."""
         if timing is None:
             return 0.0
@@ -300,11 +301,17 @@ class TimeBillPlanner:
         """Return the per-layer mix table (None: whole-model precision only)."""
         return self.context.mix
 
-    def estimate_s(self, plan: Plan, tokens: float, timing: TimingModel | None = None
-                   ) -> float:
-        """Return the estimated seconds of ``plan`` producing ``tokens`` answer tokens."""
-        return cut_of(plan, self.context).time_s(self.context, timing or self.timing(),
-                                                 plan.prompt_tokens, tokens)
+    def estimate_s(self, plan: Plan, tokens: float, timing: TimingModel | None = None,
+                   switched_to: str = '', switched_at: int = -1) -> float:
+        """Return the estimated seconds of ``plan`` producing ``tokens`` answer tokens.
+
+        ``switched_to``/``switched_at``: the goal moved to that precision from decode
+        step ``switched_at`` on (a fallback switch that happened).
+        """
+        cut = cut_of(plan, self.context)
+        if switched_to and switched_at >= 0:
+            cut = FallbackSwitch(switched_to, switched_at + 1, plan.mode, plan.eviction_ratio)
+        return cut.time_s(self.context, timing or self.timing(), plan.prompt_tokens, tokens)
 
     def _candidates(self, request: Request, goal: Goal) -> tuple:
         """Return (the cuts this goal may use, least lossy first; a note on what was left out).

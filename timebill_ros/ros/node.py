@@ -151,7 +151,7 @@ class Interfaces:
             closed = self.gate()
             if closed:
                 raise Rejection(closed)
-            self.server.hold(self.server.admit(convert.spec_from(goal), key))
+            self.server.admit(convert.spec_from(goal), key)  # planned, its place held
         except Rejection as exc:
             self._reject(key, exc)
             return GoalResponse.REJECT
@@ -182,8 +182,7 @@ class Interfaces:
             closed = self.gate()
             if closed:
                 raise Rejection(closed)
-            job = self.server.admit(convert.spec_from(request), 'plan-request', will_run=False)
-            self.server.check_room()
+            job = self.server.dry_run(convert.spec_from(request))  # the goal's own path
         except Rejection as exc:
             response.accepted, response.reason = False, exc.reason
             return response

@@ -1,10 +1,14 @@
-"""Decode several prefilled sequences together: one greedy token each per step.
+"""Decode lanes: sequences that step together, one token each per step.
 
-Sequences join at token boundaries with their own KV cache (prefilled alone, so a
-kvpress press may have evicted a different share of each prompt) and leave when
-they finish, are killed or canceled. Caches of different lengths are left-padded
-and the padding is masked; every sequence keeps its true RoPE positions, so its
-tokens are those of its solo greedy run (up to float rounding in batched kernels).
+A lane is what the serving loop (serving/loop.py) steps: it is fed each member's
+next token and returns what the model says after it (logits, or a committed token
+when the lane decides itself, as early exit does). ``BatchDecoder`` steps a batch on
+one model: sequences join at token boundaries with their own KV cache (prefilled
+alone, so a kvpress press may have evicted a different share of each prompt) and
+leave when they finish, are killed or canceled. Caches of different lengths are
+left-padded and the padding is masked; every sequence keeps its true RoPE positions,
+so its tokens are those of its solo greedy run (up to float rounding in batched
+kernels).
 """
 
 from __future__ import annotations
@@ -14,22 +18,37 @@ from dataclasses import dataclass
 from timebill_ros.runtime.model import match_cache
 
 
+@dataclass(frozen=True)
+class LaneStep:
+    """What one step gave a member: its logits row, or a token the lane committed."""
+
+    logits: object = None
+    token: int | None = None
+    kind: str = ''  # early exit: 'full', 'threshold' or 'forced'
+
+
 @dataclass
 class _Member:
     key: str
-    next_id: int
     position: int
 
 
 class BatchDecoder:
     """Hold a batch of sequences and step them together (callers serialise access)."""
 
-    def __init__(self, model, device: str = 'cpu'):
-        """Decode with ``model`` (a causal LM taking past_key_values)."""
-        self.model, self.device = model, device
+    exclusive = False  # steps in the same round as other lanes
+
+    def __init__(self, model, device: str = 'cpu', before_step=None):
+        """Decode with ``model`` (a causal LM taking past_key_values).
+
+        ``before_step`` runs before each step (a mixed-precision lane sets the shared
+        shell's layers to its own mix).
+        """
+        self.model, self.device, self.before_step = model, device, before_step
         self._members: list = []
         self._cache = None
         self._mask = None  # (batch, cached tokens): 1 real, 0 left padding
+        self._padded = False  # any left padding: only then is a mask passed
 
     def __len__(self) -> int:
         """Count sequences in the batch."""
@@ -44,8 +63,8 @@ class BatchDecoder:
         """Return the batch's KV length (the longest sequence's, with padding)."""
         return 0 if self._mask is None else int(self._mask.shape[1])
 
-    def join(self, key: str, cache, next_id: int, position: int) -> None:
-        """Add a sequence: its batch-1 DynamicCache, the token to feed next and its position."""
+    def join(self, key: str, cache, position: int) -> None:
+        """Add a sequence: its batch-1 DynamicCache and the position of its next token."""
         import torch
         from transformers import DynamicCache
         layers = [(layer.keys, layer.values) for layer in match_cache(cache, self.model).layers]
@@ -61,10 +80,11 @@ class BatchDecoder:
                       for (ko, vo), (kn, vn) in zip(old, layers)]
             self._mask = torch.cat([_pad_mask(self._mask, total), _pad_mask(mask, total)])
         self._cache = DynamicCache(ddp_cache_data=merged)
-        self._members.append(_Member(key, int(next_id), int(position)))
+        self._padded = bool((self._mask == 0).any())
+        self._members.append(_Member(key, int(position)))
 
     def take(self, key: str) -> tuple:
-        """Remove a sequence and return (its batch-1 DynamicCache, next token, position).
+        """Remove a sequence and return (its batch-1 DynamicCache, next position).
 
         The cache holds only the sequence's own positions (its left padding dropped), so
         it can join another batch (a goal switching precision mid-answer).
@@ -77,7 +97,7 @@ class BatchDecoder:
             (layer.keys[index:index + 1, :, start:].clone(),
              layer.values[index:index + 1, :, start:].clone()) for layer in self._cache.layers])
         self.leave(key)
-        return cache, member.next_id, member.position
+        return cache, member.position
 
     def leave(self, key: str) -> None:
         """Remove a sequence (finished, killed or canceled); drop padding nobody needs."""
@@ -93,25 +113,31 @@ class BatchDecoder:
         mask = self._mask.index_select(0, keep)
         start = int(mask.any(dim=0).long().argmax())  # first column someone still uses
         self._mask = mask[:, start:]
+        self._padded = bool((self._mask == 0).any())
         self._cache = DynamicCache(ddp_cache_data=[
             (layer.keys.index_select(0, keep)[:, :, start:],
              layer.values.index_select(0, keep)[:, :, start:]) for layer in self._cache.layers])
 
-    def step(self) -> dict:
-        """Feed every sequence its next token; return {key: the token after it}."""
+    def step(self, feed: dict, budgets: dict | None = None) -> dict:
+        """Feed each sequence its token (``feed``: key -> id); return key -> LaneStep."""
         import torch
-        ids = torch.tensor([[m.next_id] for m in self._members], device=self.device)
-        positions = torch.tensor([[m.position] for m in self._members], device=self.device)
-        mask = torch.cat([self._mask, torch.ones((len(self._members), 1), dtype=torch.long,
+        if self.before_step is not None:
+            self.before_step()
+        members = self._members
+        ids = torch.tensor([[feed[m.key]] for m in members], device=self.device)
+        positions = torch.tensor([[m.position] for m in members], device=self.device)
+        mask = torch.cat([self._mask, torch.ones((len(members), 1), dtype=torch.long,
                                                  device=self.device)], dim=1)
         with torch.inference_mode():
-            out = self.model(input_ids=ids, past_key_values=self._cache, attention_mask=mask,
+            # Unpadded (always so alone): no mask, the kernels' causal fast path.
+            out = self.model(input_ids=ids, past_key_values=self._cache,
+                             attention_mask=mask if self._padded else None,
                              position_ids=positions, use_cache=True)
         self._mask = mask
-        chosen = out.logits[:, -1].argmax(dim=-1).tolist()
-        for member, token in zip(self._members, chosen):
-            member.next_id, member.position = int(token), member.position + 1
-        return {member.key: member.next_id for member in self._members}
+        logits = out.logits[:, -1]
+        for member in members:
+            member.position += 1
+        return {member.key: LaneStep(logits[index]) for index, member in enumerate(members)}
 
 
 def _pad(tensor, total: int):

@@ -1,4 +1,11 @@
-"""Prefill + greedy decode loop with a per-token hook, correct positions after eviction."""
+"""The local torch backend: prefill one prompt, decode lanes of sequences, pick tokens.
+
+The serving loop (serving/loop.py) is the only token loop; it drives this engine
+through the backend interface (serving/backend.py): ``prefill`` a prompt under its
+plan's press, a ``lane`` per precision (or early exit) that steps its sequences
+together, ``pick`` the token from (possibly masked) logits, and the KV operations it
+offers listed in ``capabilities``.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +13,15 @@ from contextlib import nullcontext
 import time
 from typing import Callable, Sequence
 
-from timebill_ros.core.execution import GenerationStats, PrefillDecision, TokenEvent
+from timebill_ros.core.execution import GenerationStats, PrefillDecision
 from timebill_ros.core.planning import MIXED, Plan
 from timebill_ros.core.request import Mode
-from timebill_ros.runtime.model import intra_op_threads, LoadedModel, match_cache, synchronize
+from timebill_ros.runtime.batch import BatchDecoder
+from timebill_ros.runtime.early_exit import ExitLane
+from timebill_ros.runtime.model import intra_op_threads, LoadedModel, synchronize
+
+# The lane key of early-exit decoding (precision lanes are keyed by their precision).
+EARLY_EXIT_LANE = ('early-exit',)
 
 
 class StreamDecoder:
@@ -77,6 +89,62 @@ class Engine:
         own = self.decode_threads.get(self.loaded.dtype, 0)
         return self.decode_threads.get(precision or self.loaded.dtype, own)
 
+    @property
+    def capabilities(self) -> frozenset:
+        """Name what this engine can do beyond prefill and decode.
+
+        'evict' (kvpress presses in prefill), 'prefill_decision' (plan from a layer's
+        hidden states during prefill), 'move' (a sequence's cache moves between
+        lanes: mid-answer precision switches), 'early_exit', 'precision' (resident
+        lower-precision copies), 'logits' (lanes return logits a hook may mask).
+        """
+        names = {'evict', 'prefill_decision', 'move', 'logits'}
+        if self.exit_decoder is not None:
+            names.add('early_exit')
+        if self.variants or self.mixed is not None:
+            names.add('precision')
+        return frozenset(names)
+
+    @property
+    def eos_ids(self) -> frozenset:
+        """Return the token ids that end an answer."""
+        return frozenset(self.loaded.eos_ids)
+
+    def lane_key(self, plan: Plan) -> tuple:
+        """Return the lane a plan decodes in: early exit, or its precision (and mix)."""
+        if plan.mode == Mode.EARLY_EXIT and self.exit_decoder is not None:
+            return EARLY_EXIT_LANE
+        if plan.precision == MIXED:
+            return (MIXED, tuple(plan.precision_mix))
+        if plan.precision == self.loaded.dtype:
+            return ('',)
+        return (plan.precision or '',)
+
+    def lane(self, key: tuple):
+        """Return a new, empty lane for ``key`` (ValueError for a precision not resident)."""
+        if key == EARLY_EXIT_LANE:
+            return ExitLane(self.exit_decoder)
+        if key[0] == MIXED:
+            if self.mixed is None:
+                raise ValueError('no mixed-precision shell on this engine')
+            mix = key[1]
+            # The shell is shared by every mixed lane: each sets its mix before it steps.
+            return BatchDecoder(self.mixed.apply(mix), self.loaded.device,
+                                before_step=lambda: self.mixed.apply(mix))
+        return BatchDecoder(self.decode_model(Plan(precision=key[0])), self.loaded.device)
+
+    def threads(self, key: tuple):
+        """Return the intra-op thread setting a lane's steps run under."""
+        return intra_op_threads(self.threads_for('' if key == EARLY_EXIT_LANE else key[0]))
+
+    def pick(self, logits) -> int:
+        """Return the greedy token of a logits row."""
+        return int(logits.argmax())
+
+    def stream(self) -> 'StreamDecoder':
+        """Return a new text stream for one answer."""
+        return StreamDecoder(self.loaded.tokenizer, self.loaded.tokenizer_lock)
+
     def decode_model(self, plan: Plan):
         """Return the module that runs the plan's decode steps (ValueError if absent)."""
         if not plan.precision or plan.precision == self.loaded.dtype:
@@ -90,7 +158,7 @@ class Engine:
         return self.variants[plan.precision].model
 
     def warm_up(self, tokens: int = 4, press: str = '') -> None:
-        """Run short generations so the first real goal pays no lazy-init cost.
+        """Run short prefills and decode steps so the first real goal pays no lazy-init cost.
 
         With ``press`` set, one more runs under that kvpress press: importing
         kvpress and its first compression take over a second, which would
@@ -98,14 +166,25 @@ class Engine:
         """
         with self.loaded.tokenizer_lock:
             ids = self.loaded.tokenizer('warm up')['input_ids']
-        self.generate(ids, tokens, Plan(), lambda event: True)
+        self._warm(ids, tokens, Plan())
         for precision in self.variants:
-            self.generate(ids, tokens, Plan(precision=precision), lambda event: True)
+            self._warm(ids, tokens, Plan(precision=precision))
         if press and self.press_for_plan:
             # Longer than SnapKV's 64-token observation window.
             long_ids = (list(ids) * 80)[:160]
-            self.generate(long_ids, tokens, Plan(eviction_ratio=0.5, press=press),
-                          lambda event: True)
+            self._warm(long_ids, tokens, Plan(eviction_ratio=0.5, press=press))
+
+    def _warm(self, ids, tokens: int, plan: Plan) -> None:
+        """Prefill ``ids`` and run ``tokens`` - 1 steps of the plan's lane (no answer kept)."""
+        cache, logits, _ = self.prefill(ids, plan)
+        key = self.lane_key(plan)
+        lane = self.lane(key)
+        lane.join('warm-up', cache, len(ids))
+        token = self.pick(logits)
+        with self.threads(key):
+            for _ in range(tokens - 1):
+                step = lane.step({'warm-up': token})['warm-up']
+                token = step.token if step.token is not None else self.pick(step.logits)
 
     def _prefill(self, ids, cache, plan: Plan, decide: PrefillDecision | None, stats):
         """Run the prefill under the plan's press, or under the press decided midway."""
@@ -137,9 +216,11 @@ class Engine:
 
     def prefill(self, prompt_ids: Sequence[int], plan: Plan,
                 decide: PrefillDecision | None = None) -> tuple:
-        """Prefill one prompt alone under the plan's press; return (cache, first token, stats).
+        """Prefill one prompt alone under the plan's press; return (cache, logits, stats).
 
-        For a sequence that decodes in a batch (runtime/batch.py).
+        ``logits`` is the last position's row (the first answer token's, before any
+        mask); the cache joins a lane. With ``decide`` the plan (and its press) is made
+        during prefill from a layer's hidden states; ``stats.plan`` is the plan in force.
         """
         import torch
         from transformers import DynamicCache
@@ -149,89 +230,9 @@ class Engine:
             cache = DynamicCache()
             t0 = self.clock()
             out, plan = self._prefill(ids, cache, plan, decide, stats)
-            first = int(out.logits[0, -1].argmax())  # on CUDA this waits for the prefill
+            logits = out.logits[0, -1]
             synchronize(self.loaded.device)
             stats.prefill_s = self.clock() - t0
             stats.kv_tokens_after_prefill = cache.get_seq_length()
         stats.plan = plan
-        return cache, first, stats
-
-    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, plan: Plan,
-                 on_token: Callable[[TokenEvent], bool],
-                 token_budget: Callable[[int], float | None] | None = None,
-                 decide: PrefillDecision | None = None,
-                 switch: Callable[[int], str] | None = None) -> GenerationStats:
-        """Prefill (under the plan's press) then decode greedily, one token per step.
-
-        ``token_budget(i)`` gives the seconds decode step i may take (early exit only).
-        With ``decide`` the plan (and its press) is made during prefill from a
-        layer's hidden states; ``stats.plan`` is that plan.
-        ``switch(i)`` names a resident precision decode step i and the rest run at
-        ('' = stay); the KV cache carries over, as it does from prefill.
-        """
-        cache, next_id, stats = self.prefill(prompt_ids, plan, decide)
-        return self.decode(cache, next_id, len(prompt_ids), max_new_tokens, stats, on_token,
-                           token_budget, switch)
-
-    def decode(self, cache, next_id: int, n_prompt: int, max_new_tokens: int,
-               stats: GenerationStats, on_token: Callable[[TokenEvent], bool],
-               token_budget: Callable[[int], float | None] | None = None,
-               switch: Callable[[int], str] | None = None) -> GenerationStats:
-        """Decode alone from a prefilled cache under ``stats.plan``; fill and return ``stats``."""
-        plan = stats.plan
-        layerwise = self.exit_decoder if plan.mode == Mode.EARLY_EXIT else None
-        decoder = StreamDecoder(self.loaded.tokenizer, self.loaded.tokenizer_lock)
-        model = self.decode_model(plan)
-        if layerwise is None:
-            match_cache(cache, model)
-        with intra_op_threads(self.threads_for(plan.precision)):
-            return self._decode(model, layerwise, next_id, cache, n_prompt,
-                                max_new_tokens, on_token, token_budget, stats, decoder,
-                                switch)
-
-    def _decode(self, model, layerwise, next_id, cache, n_prompt, max_new_tokens, on_token,
-                token_budget, stats, decoder, switch=None) -> GenerationStats:
-        """Decode greedily from the first token; fill and return ``stats``."""
-        import torch
-        device = self.loaded.device
-        with torch.inference_mode():
-            stats.kv_tokens_after_prefill = cache.get_seq_length()
-            step_ids = torch.empty((1, 1), dtype=torch.long, device=device)
-            position = torch.empty((1, 1), dtype=torch.long, device=device)
-            for index in range(max_new_tokens):
-                if next_id in self.loaded.eos_ids:
-                    stats.stop = 'eos'
-                    return stats
-                stats.tokens += 1
-                event = TokenEvent(index=index, token_id=next_id,
-                                   text_delta=decoder.push(next_id), time=self.clock())
-                if not on_token(event):
-                    stats.stop = 'stopped'
-                    return stats
-                if index + 1 == max_new_tokens:
-                    break
-                if switch is not None and layerwise is None and stats.switched_at < 0:
-                    to = switch(index)
-                    if to in self.variants:
-                        model = self.variants[to].model
-                        match_cache(cache, model)
-                        stats.switched_at, stats.switched_to = index, to
-                        torch.set_num_threads(self.threads_for(to) or torch.get_num_threads())
-                t = self.clock()
-                if layerwise is not None:
-                    step = layerwise.step(next_id, n_prompt + index, cache,
-                                          token_budget(index) if token_budget else None)
-                    next_id = step.token_id
-                    stats.exit_kinds.append(step.kind)
-                    stats.step_times.append(self.clock() - t)
-                    continue
-                step_ids[0, 0] = next_id
-                # Explicit positions: after eviction the cache is shorter than the
-                # prompt, and RoPE must still see the token's true position.
-                position[0, 0] = n_prompt + index
-                out = model(input_ids=step_ids, past_key_values=cache,
-                            position_ids=position, use_cache=True)
-                next_id = int(out.logits[0, -1].argmax())
-                stats.step_times.append(self.clock() - t)
-        stats.stop = 'max_tokens'
-        return stats
+        return cache, logits, stats

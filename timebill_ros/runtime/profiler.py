@@ -124,11 +124,12 @@ def time_batch_steps(loaded: LoadedModel, max_batch: int, kv_lengths: Sequence[i
                     for i in range(size):
                         copy = DynamicCache(ddp_cache_data=[(k.clone(), v.clone())
                                                             for k, v in layers])
-                        batch.join(f's{i}', copy, first, n)
-                    batch.step()  # warm: the first step of a new shape pays allocation
+                        batch.join(f's{i}', copy, n)
+                    feed = dict.fromkeys(batch.keys, first)
+                    batch.step(feed)  # warm: the first step of a new shape pays allocation
                     for _ in range(steps):
                         t0 = time.monotonic()
-                        batch.step()
+                        batch.step(feed)
                         samples.append(time.monotonic() - t0)
                 points.append((size, size * (n + 1 + steps / 2.0), statistics.median(samples)))
     return points

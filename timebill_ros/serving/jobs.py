@@ -49,6 +49,10 @@ class Job:
     # What the decode loop polls at each token (the server adds its shutdown to the
     # caller's cancel); set when the job is dispatched.
     stop_requested: Callable[[], bool] | None = None
+    # What admission planned with: the wait it expected and the batch it would decode
+    # in; a re-plan at dispatch happens only when the real ones differ.
+    expected_wait_s: float = 0.0
+    expected_batch: int = 1
 
     def waiting(self) -> Waiting:
         """Return what a scheduler orders this job by.

@@ -1,0 +1,290 @@
+"""The one decode loop applies every goal's token-boundary rules, alone or batched.
+
+The backend here is scripted (one word per step on a scripted clock), so deadlines
+are exact; the loop, the lanes' protocol and the goals' rules (core.execution) are
+the real ones. test_server runs the same loop on a real model.
+"""
+
+from contextlib import nullcontext
+
+import pytest
+
+from timebill_ros.core.deadline import DeadlineClock
+from timebill_ros.core.execution import GenerationStats, JobRun, PrefillDecision
+from timebill_ros.core.planning import Fallback, Plan
+from timebill_ros.core.request import Mode, Outcome, OverrunPolicy, Rejection, Request
+from timebill_ros.runtime.batch import LaneStep
+from timebill_ros.serving.loop import DecodeLoop, generate, Member
+
+EOS = -1
+
+
+class ScriptedClock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+class Words:
+    """A text stream: token i is the word 'wi '."""
+
+    def push(self, token):
+        return f'w{token} '
+
+
+class ScriptedLane:
+    """Step every sequence one word on, advancing the clock by the lane's step time."""
+
+    exclusive = False
+
+    def __init__(self, backend, step):
+        self.backend, self.step_s, self.members = backend, step, {}
+
+    @property
+    def keys(self):
+        return list(self.members)
+
+    def __len__(self):
+        return len(self.members)
+
+    def cached_tokens(self):
+        return max(self.members.values(), default=0)
+
+    def join(self, key, cache, position):
+        self.members[key] = position
+
+    def take(self, key):
+        return None, self.members.pop(key)
+
+    def leave(self, key):
+        del self.members[key]
+
+    def step(self, feed, budgets=None):
+        self.backend.clock.t += self.step_s
+        out = {}
+        for key, token in feed.items():
+            nxt = token + 1
+            if nxt == self.backend.fail_at:
+                raise RuntimeError('boom')
+            out[key] = LaneStep(logits=EOS if nxt >= self.backend.words else nxt)
+        return out
+
+
+class ScriptedBackend:
+    """Prefill in one step; 'logits' are the token itself; int8 lanes step ``fast_step``."""
+
+    capabilities = frozenset({'move', 'logits'})
+    eos_ids = frozenset({EOS})
+
+    def __init__(self, clock, step, words=10, fail_at=None, fast_step=None):
+        self.clock, self.step, self.words, self.fail_at = clock, step, words, fail_at
+        self.fast_step = fast_step  # the step time after a switch of precision
+
+    def prefill(self, prompt_ids, plan, decide=None):
+        stats = GenerationStats(prefill_s=self.step)
+        stats.plan = decide.plan_from('hidden states') if decide is not None else plan
+        self.clock.t += self.step
+        return 'cache', 0, stats
+
+    def lane_key(self, plan):
+        return (plan.precision,)
+
+    def lane(self, key):
+        return ScriptedLane(self, self.step if key == ('',) else self.fast_step)
+
+    def threads(self, key):
+        return nullcontext()
+
+    def pick(self, logits):
+        return logits
+
+    def stream(self):
+        return Words()
+
+
+def request(policy=OverrunPolicy.KILL, budget=1.0, max_new=100):
+    return Request('q', '', budget, policy, Mode.NONE, max_new, 1.0)
+
+
+def run_all(backend, goals, capacity=1):
+    """Run (request, plan, cancel, decide) goals in one loop, all waiting at the start."""
+    results, waiting = {}, list(enumerate(goals))
+
+    def refill(loop):
+        if not waiting:
+            return False
+        key, (req, plan, cancel, decide, seen) = waiting.pop(0)
+        run = JobRun(req, plan, DeadlineClock(0.0, req.budget_s, backend.clock), cancel,
+                     lambda ev, el, rem, plan: seen.append((ev.text_delta, el, rem, plan)))
+        ended = run.before_start()
+        if ended is not None:
+            results[key] = ended
+            return True
+        loop.start(Member(str(key), run, req.max_new_tokens,
+                          lambda result: results.__setitem__(key, result)),
+                   [1, 2], plan, decide)
+        return True
+    while waiting:  # as the worker does: a new loop when the last one emptied
+        DecodeLoop(backend, capacity).run(refill)
+    return [results[key] for key in range(len(goals))]
+
+
+def run(backend, req, clock, plan=Plan(), cancel=lambda: False, decide=None):
+    seen = []
+    result, = run_all(backend, [(req, plan, cancel, decide, seen)])
+    return result, [(delta, el, rem) for delta, el, rem, _ in seen]
+
+
+def test_completes_in_time_and_text_is_the_deltas():
+    clock = ScriptedClock()
+    result, seen = run(ScriptedBackend(clock, 0.01, words=5), request(), clock)
+    assert result.outcome == Outcome.COMPLETED and result.deadline_met
+    assert result.text == ''.join(d for d, _, _ in seen) == 'w0 w1 w2 w3 w4 '
+    assert seen[0][2] == 1.0 - 0.01
+
+
+def test_kill_stops_at_first_boundary_after_deadline():
+    clock = ScriptedClock()
+    result, seen = run(ScriptedBackend(clock, 0.3, words=50), request(budget=1.0), clock)
+    assert result.outcome == Outcome.KILLED and not result.deadline_met
+    # tokens at t=0.3, 0.6, 0.9, 1.2: the one at 1.2 is the first at/after 1.0
+    assert result.tokens == 4 and result.e2e_s == 1.2
+
+
+def test_skip_next_runs_to_the_end_and_admits_lateness():
+    clock = ScriptedClock()
+    result, _ = run(ScriptedBackend(clock, 0.3, words=6), request(OverrunPolicy.SKIP_NEXT), clock)
+    assert result.outcome == Outcome.COMPLETED and not result.deadline_met
+    assert result.tokens == 6 and 'after the deadline' in result.reason
+
+
+def test_cancel_within_one_token():
+    clock = ScriptedClock()
+    calls = {'n': 0}
+
+    def cancel():
+        calls['n'] += 1
+        return calls['n'] > 3  # first check is before the start
+    result, _ = run(ScriptedBackend(clock, 0.01, words=50), request(), clock, cancel=cancel)
+    assert result.outcome == Outcome.CANCELED and result.tokens == 3
+
+
+def test_expired_in_queue_is_killed_without_running():
+    clock = ScriptedClock()
+    clock.t = 5.0
+    engine = ScriptedBackend(clock, 0.01)
+    result, seen = run(engine, request(budget=1.0), clock)
+    assert result.outcome == Outcome.KILLED and seen == [] and result.queue_s == 5.0
+
+
+def test_engine_failure_is_failed_not_raised():
+    clock = ScriptedClock()
+    result, _ = run(ScriptedBackend(clock, 0.01, fail_at=2), request(), clock)
+    assert result.outcome == Outcome.FAILED and 'boom' in result.reason
+    assert result.text == 'w0 w1 '
+
+
+def test_plan_made_during_prefill_is_the_one_reported():
+    clock = ScriptedClock()
+    req = request()
+    decided = Plan(predicted_tokens=7, predictor='probe', eviction_ratio=0.25)
+    seen = []
+    result, = run_all(ScriptedBackend(clock, 0.01, words=3), [(
+        req, Plan(predictor='pending'), lambda: False,
+        PrefillDecision(2, lambda hidden: decided), seen)])
+    assert result.outcome == Outcome.COMPLETED and result.plan == decided
+    assert [plan for *_, plan in seen] == [decided] * 3  # the decided plan from token 1
+
+
+def test_rejection_during_prefill_ends_the_goal_as_rejected():
+    clock = ScriptedClock()
+    req = request()
+
+    infeasible = Plan(predicted_tokens=200, predictor='probe', feasible=False)
+
+    def refuse(hidden):
+        raise Rejection('cannot meet the deadline: estimated worst case 9 s', infeasible)
+    result, _ = run(ScriptedBackend(clock, 0.01), req, clock,
+                    decide=PrefillDecision(1, refuse))
+    assert result.outcome == Outcome.REJECTED and not result.deadline_met
+    assert 'prefill' in result.reason and 'estimated worst case 9 s' in result.reason
+    assert result.plan == infeasible  # the plan the reason cites, not the admission one
+
+
+def test_a_fallback_precision_takes_over_when_the_time_left_runs_short():
+    # 20 words at 0.1 s do not fit 1.3 s; at 0.02 s they do. The plan's rule switches
+    # as late as still lets the fast steps finish the 20 planned tokens.
+    fallback = Fallback('int8-dynamic', tokens=20, full_step_s=0.1, step_s=0.02)
+    plan = Plan(mode=Mode.AUTO, fallback=fallback)
+    clock = ScriptedClock()
+    result, _ = run(ScriptedBackend(clock, 0.1, words=20, fast_step=0.02),
+                    request(budget=1.3), clock, plan)
+    assert result.outcome == Outcome.COMPLETED and result.deadline_met
+    assert result.switched_to == 'int8-dynamic' and 3 <= result.switched_at <= 10
+    assert 'int8-dynamic decoding from answer token' in result.reason
+    assert result.step_times[:result.switched_at] == pytest.approx(
+        (0.1,) * result.switched_at)
+    # Without the fallback the same goal is killed at its deadline.
+    clock = ScriptedClock()
+    result, _ = run(ScriptedBackend(clock, 0.1, words=20, fast_step=0.02),
+                    request(budget=1.3), clock, Plan(mode=Mode.AUTO))
+    assert result.outcome == Outcome.KILLED and result.switched_at == -1
+    # A short answer ends before the switch is due: every token at full precision.
+    clock = ScriptedClock()
+    result, _ = run(ScriptedBackend(clock, 0.1, words=5, fast_step=0.02),
+                    request(budget=1.3), clock, plan)
+    assert result.deadline_met and result.switched_at == -1
+
+
+def test_fallback_rule_counts_the_tokens_still_to_come():
+    rule = Fallback('int8', tokens=10, full_step_s=0.1, step_s=0.01, margin=0.5)
+    # Step 0 then 8 fast steps: (0.1 + 0.08) / 0.5 = 0.36 s needed.
+    assert rule.due(0, 0.35) and not rule.due(0, 0.37)
+    # Past the planned tokens only one more full step must fit.
+    assert not rule.due(50, 0.21) and rule.due(50, 0.19)
+    # With a predicted length of 4, only its 2 tokens still to come count at step 0 ...
+    bet = Fallback('int8', tokens=10, full_step_s=0.1, step_s=0.01, margin=0.5, expected=4)
+    assert not bet.due(0, 0.25) and bet.due(0, 0.23)  # (0.1 + 0.02) / 0.5 = 0.24 s
+    # ... and once the answer runs past it, the planned 10 again.
+    assert bet.due(3, 0.29) and not bet.due(2, 0.29)  # (0.1 + 5 x 0.01) / 0.5 = 0.3 s
+
+
+def goal(policy=OverrunPolicy.KILL, budget=10.0, seen=None):
+    return (request(policy, budget), Plan(), lambda: False, None, [] if seen is None else seen)
+
+
+def test_goals_in_one_batch_each_stop_at_their_own_token_boundary():
+    clock = ScriptedClock()
+    short, long_ = goal(budget=0.25), goal(budget=10.0)
+    killed, done = run_all(ScriptedBackend(clock, 0.1, words=8), [short, long_], capacity=2)
+    # Both prefill (0.1 s each), then share steps: the short one's tokens at 0.1 and 0.3,
+    # the second past its deadline (the long one's prefill stalled it).
+    assert killed.outcome == Outcome.KILLED and killed.tokens == 2
+    assert killed.e2e_s == pytest.approx(0.3)
+    assert done.outcome == Outcome.COMPLETED and done.text == ''.join(f'w{i} ' for i in range(8))
+    assert killed.batch_peak == 2 and done.batch_peak == 2
+    # One step serves both (no step counted twice): 7 more words and the end of answer.
+    assert sum(done.step_times) == pytest.approx(0.1 * 8)
+
+
+def test_a_skip_next_goal_decodes_alone_until_it_ends():
+    clock = ScriptedClock()
+    first_seen, second_seen = [], []
+    over = goal(OverrunPolicy.SKIP_NEXT, budget=0.2, seen=first_seen)
+    first, second = run_all(ScriptedBackend(clock, 0.1, words=5),
+                            [over, goal(seen=second_seen)], capacity=3)
+    assert first.outcome == Outcome.COMPLETED and not first.deadline_met
+    assert first.batch_peak == 1 and second.batch_peak == 1  # nobody joined it
+    assert second_seen[0][1] > first.e2e_s  # the next one started after it ended
+
+
+def test_generate_runs_one_prompt_alone_and_raises_engine_failures():
+    clock = ScriptedClock()
+    tokens = []
+    stats = generate(ScriptedBackend(clock, 0.1, words=4), [1, 2], 10, Plan(),
+                     lambda event: tokens.append(event.token_id) or True)
+    assert tokens == [0, 1, 2, 3] and stats.stop == 'eos' and len(stats.step_times) == 4
+    with pytest.raises(RuntimeError, match='boom'):
+        generate(ScriptedBackend(clock, 0.1, fail_at=2), [1, 2], 10, Plan(), lambda e: True)

@@ -1,0 +1,280 @@
+"""Admission: validate a goal, predict its length and plan it once, for the time it will have.
+
+A goal is planned once, against the time left after the work expected ahead of it
+(queue-aware admission) and on the steps of the batch it will decode in. The
+``~/plan`` service runs exactly this path without reserving a place. A later re-plan
+happens only on new information (the real queue wait at dispatch, the length
+predicted in its prefill), goes through ``Planner.plan`` again, and is written into
+the plan's note with what changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+import time
+
+from timebill_ros.core.deadline import closes_batch, DeadlineClock
+from timebill_ros.core.execution import PrefillDecision
+from timebill_ros.core.planning import PENDING, Plan, TimeBillPlanner
+from timebill_ros.core.request import check_prompt_fits, OverrunPolicy, Rejection, validate
+from timebill_ros.core.scheduling import slot_starts
+from timebill_ros.runtime.model import prompt_ids
+from timebill_ros.serving.jobs import Job
+
+# A dispatch this much later than admission expected is new information worth a re-plan.
+REPLAN_AFTER_S = 0.005
+
+
+class Admission:
+    """Admit goals onto the dispatch queue, each planned once (``admit``)."""
+
+    def __init__(self, server):
+        """Admit for ``server`` (its pipeline, model, predictor, dispatch and learning)."""
+        self.server = server
+
+    @property
+    def config(self):
+        return self.server.config
+
+    def admit(self, spec, key: str, reserve: bool = True) -> Job:
+        """Validate, tokenize, predict and plan a goal; raise Rejection with the reason.
+
+        With ``reserve`` the goal holds a place until it is queued (``Dispatch.start``).
+        A goal whose length is predicted during its prefill is planned for a 1-token
+        answer (rejected only if even that misses).
+        """
+        accepted_at = time.monotonic()  # the budget counts from arrival, validation included
+        server, dispatch = self.server, self.server.dispatch
+        if dispatch.closing:
+            raise Rejection(f'not accepting goals: {dispatch.closing}')
+        pipeline, loaded = server.pipeline, server.loaded
+        request = validate(spec, pipeline.limits)
+        clock = DeadlineClock(accepted_at, request.budget_s)
+        ids = prompt_ids(loaded.tokenizer, request.instruction, request.context,
+                         lock=loaded.tokenizer_lock)
+        check_prompt_fits(len(ids), loaded.context_window)
+        pending = self.predicts_in_prefill(pipeline, request)
+        known = self._known_length(pipeline, request, len(ids), pending)  # outside the lock
+        job = Job(key=key, request=request, prompt_ids=ids, clock=clock, plan=Plan(
+            prompt_tokens=len(ids), predicted_tokens=known or 0,
+            predictor='' if known else PENDING))
+        with dispatch.lock:
+            dispatch.check_room_locked()
+            self._plan_in_queue(job, pipeline, known, pending)
+            if reserve:
+                dispatch.held[key] = job
+        return job
+
+    def predicts_in_prefill(self, pipeline, request) -> bool:
+        """Say whether this goal's length comes from its own prefill's hidden states."""
+        return (self.config.length_predictor_in_prefill and request.expected_tokens <= 0
+                and isinstance(pipeline.planner, TimeBillPlanner)
+                and getattr(self.server.predictor, 'prefill_layer', 0) > 0)
+
+    def _known_length(self, pipeline, request, n_prompt: int, pending: bool) -> int | None:
+        """Return the answer length known at admission (None: the planner's own call)."""
+        if request.expected_tokens > 0:
+            return request.expected_tokens
+        if pending or not isinstance(pipeline.planner, TimeBillPlanner):
+            return None
+        return int(pipeline.planner.predictor.predict(request, n_prompt))
+
+    # -- the time ahead ---------------------------------------------------------------
+
+    def expected_tokens(self, job: Job) -> float:
+        """Return a job's predicted answer length (a running mean while it is pending)."""
+        plan = job.plan
+        known = plan.predicted_tokens and not plan.length_pending
+        return plan.predicted_tokens if known else self.server.learning.typical_tokens
+
+    def expected_s(self, job: Job, timing) -> float:
+        """Return the estimated time of a job's predicted (not worst-case) answer."""
+        return self.server.pipeline.planner.estimate_s(job.plan, self.expected_tokens(job),
+                                                       timing)
+
+    def kv_of(self, job: Job) -> float:
+        """Return a job's cache length halfway through its expected answer."""
+        n_x = len(job.prompt_ids)
+        return (1.0 - job.plan.eviction_ratio) * n_x + self.expected_tokens(job) / 2.0
+
+    def member_timing(self, pipeline, size: int, others_kv: list, own_kv: float):
+        """Return the ETE of a goal decoding with ``size`` - 1 others holding ``others_kv``."""
+        single = pipeline.online.model
+        if size <= 1:
+            return single
+        longest = max([own_kv, *others_kv])  # the batch pads every cache to the longest
+        return pipeline.batch.model.member(single, size, (size - 1) * longest)
+
+    def _plan_in_queue(self, job: Job, pipeline, known, pending: bool) -> None:
+        """Plan a newcomer once for the time left after its expected wait (lock held).
+
+        Expected times use predicted lengths, so a queue is not judged on worst
+        cases. Raise Rejection when the plan refuses it, or when accepting it would
+        push an accepted goal expected to meet its deadline past it.
+        """
+        if not self.config.queue_aware_admission or pipeline.online is None:
+            job.plan = self._plan(job, pipeline, known, pending, 0.0, None, 1, 0)
+        elif pipeline.max_batch > 1 and pipeline.batch is not None:
+            self._fit_in_batch(job, pipeline, known, pending)
+        else:
+            self._fit_in_queue(job, pipeline, known, pending)
+
+    def _plan(self, job: Job, pipeline, known, pending: bool, wait: float, timing,
+              batch: int, ahead: int) -> Plan:
+        """Plan a goal for the time left after ``wait``, decoding in a batch of ``batch``."""
+        job.expected_wait_s, job.expected_batch = wait, batch
+        try:
+            return pipeline.planner.plan(job.request, len(job.prompt_ids),
+                                         job.clock.remaining() - wait, known,
+                                         pending=pending, timing=timing)
+        except Rejection as exc:
+            where = [f'after an expected {wait:.2f} s wait behind {ahead} goals'] \
+                if wait > 0.0 else []
+            if batch > 1:
+                where.append(f'decoding in a batch of {batch}')
+            if not where:
+                raise
+            raise Rejection(f'{", ".join(where)}: {exc.reason}', exc.plan) from None
+
+    def _fit_in_queue(self, job: Job, pipeline, known, pending: bool) -> None:
+        """Queue-aware admission onto one decode slot (lock held)."""
+        dispatch, model, now = self.server.dispatch, pipeline.online.model, time.monotonic()
+        ahead, behind = dispatch.queue.ahead(job.waiting())
+        waiting = [*dispatch.held.values(), *ahead]
+        wait = sum(self.expected_s(other, model) for other in waiting)
+        for running, since in dispatch.running.values():
+            wait += max(0.0, self.expected_s(running, model) - (now - since))
+        job.plan = self._plan(job, pipeline, known, pending, wait, None, 1,
+                              len(waiting) + len(dispatch.running))
+        mine, start, pushed = self.expected_s(job, model), wait, []
+        for other in behind:  # dispatch order: each starts after those before it
+            end = start + self.expected_s(other, model)
+            if end <= other.clock.remaining(now) < end + mine:
+                pushed.append(other.key[:8])
+            start = end
+        self._refuse_if_pushed(job, pushed)
+
+    def _fit_in_batch(self, job: Job, pipeline, known, pending: bool) -> None:
+        """Admit a newcomer onto ``max_batch`` decode slots (lock held).
+
+        The running goals hold slots for their expected remaining time; goals queued
+        ahead take the first free slot in turn, and the newcomer the next one. It is
+        planned on the steps of a batch as full as the goals then running or waiting
+        allow (its own cache counted at its known length, no eviction). Refused when
+        that plan refuses it; when joining (its prefill stalls the batch, and every
+        step gets a member heavier) would push a running goal that is expected to make
+        its deadline past it; or when, overtaking, it would delay a queued goal past
+        its deadline. A running Skip-Next goal holds every slot until it ends
+        (``closes_batch``); one still queued is counted as one slot.
+        """
+        dispatch, size, now = self.server.dispatch, pipeline.max_batch, time.monotonic()
+        running = list(dispatch.running.values())
+        ahead, behind = dispatch.queue.ahead(job.waiting())
+        waiting = [*dispatch.held.values(), *ahead]
+        batch = min(size, len(running) + len(waiting) + 1)  # the newcomer's batch, itself in
+        kv = [self.kv_of(other) for other, _ in running] + [self.kv_of(o) for o in waiting]
+        timing = self.member_timing(pipeline, batch, kv[:batch - 1], self.kv_of(job))
+        # The running goals' remaining time at the batch they decode in now.
+        current = self.member_timing(pipeline, len(running), kv[1:len(running)], kv[0]) \
+            if running else timing
+        left = [max(0.0, self.expected_s(other, current) - (now - since))
+                for other, since in running][:size]
+        closing = [rest for (other, _), rest in zip(running, left)
+                   if closes_batch(other.request.policy)]
+        if closing:  # a running Skip-Next goal: no slot frees before it ends
+            left = [max(rest, closing[0]) for rest in left] + \
+                [closing[0]] * (size - len(left))
+        queued = [self.expected_s(other, timing) for other in waiting]
+        wait = slot_starts(left, size, [*queued, 0.0])[-1]
+        alone = wait <= 0.0 and batch <= 1
+        job.plan = self._plan(job, pipeline, known, pending, wait, None if alone else timing,
+                              batch, len(waiting) + len(running))
+        if wait <= 0.0 and running:
+            self._refuse_if_joining_pushes(job, running, left, timing, current, now)
+        after = [self.expected_s(other, timing) for other in behind]
+        mine = self.expected_s(job, timing)
+        with_it = slot_starts(left, size, [*queued, mine, *after])[len(queued) + 1:]
+        without = slot_starts(left, size, [*queued, *after])[len(queued):]
+        pushed = [other.key[:8] for other, start, alone_start, duration
+                  in zip(behind, with_it, without, after)
+                  if alone_start + duration <= other.clock.remaining(now) < start + duration]
+        self._refuse_if_pushed(job, pushed)
+
+    def _refuse_if_joining_pushes(self, job: Job, running: list, left: list, timing, current,
+                                  now: float) -> None:
+        """Refuse a newcomer whose joining now would push a running goal past its deadline.
+
+        Each running goal's remaining steps get slower, and they wait out its prefill.
+        """
+        stall, pushed = timing.prefill(len(job.prompt_ids)), []
+        for (other, _), rest in zip(running, left):
+            kv_other = self.kv_of(other)
+            slower = timing.step(kv_other) / max(current.step(kv_other), 1e-9)
+            if rest <= other.clock.remaining(now) < rest * slower + stall:
+                pushed.append(other.key[:8])
+        self._refuse_if_pushed(job, pushed, 'joining the running batch')
+
+    def _refuse_if_pushed(self, job: Job, pushed: list, why: str = '') -> None:
+        if pushed:
+            how = why or f'accepting it ahead of them ({self.server.dispatch.queue.name})'
+            raise Rejection(f'{how} would push {len(pushed)} accepted goal(s) past their '
+                            f'deadlines: {", ".join(pushed)}', job.plan)
+
+    # -- re-plans on new information ------------------------------------------------------
+
+    def plan_at_start(self, pipeline, job: Job, timing=None, batch: int = 1) -> tuple:
+        """Return (plan, PrefillDecision or None) for a job about to run.
+
+        ``timing`` is the ETE of the batch of ``batch`` it joins (None: it decodes
+        alone). A goal whose length comes from its prefill is planned there; any other
+        is re-planned only when it waited longer than admission expected or joins
+        another batch than it planned for. Raise Rejection when that re-plan refuses it.
+        """
+        if self.predicts_in_prefill(pipeline, job.request):
+            return job.plan, PrefillDecision(self.server.predictor.prefill_layer,
+                                             self._plan_in_prefill(pipeline, job, timing))
+        waited = job.clock.elapsed() - job.expected_wait_s
+        if abs(waited) <= REPLAN_AFTER_S and batch == job.expected_batch:
+            return job.plan, None
+        why = f'waited {job.clock.elapsed():.3f} s (expected {job.expected_wait_s:.3f} s)' \
+            + (f', decodes in a batch of {batch} (planned {job.expected_batch})'
+               if batch != job.expected_batch else '')
+        try:
+            plan = pipeline.planner.plan(job.request, len(job.prompt_ids),
+                                         job.clock.remaining(),
+                                         job.plan.predicted_tokens or None, timing=timing)
+        except Rejection as exc:
+            raise Rejection(f'after {job.clock.elapsed():.3f} s in queue: {exc.reason}',
+                            job.plan) from None
+        return replanned(plan, f'at dispatch: {why}'), None
+
+    def _plan_in_prefill(self, pipeline, job: Job, timing):
+        """Return the prefill's plan maker: plan on the length its hidden states predict."""
+        request, n_prompt = job.request, len(job.prompt_ids)
+        left = job.clock.remaining()  # at the start of prefill, which the plan covers
+        predictor = self.server.predictor
+
+        def plan_from(hidden) -> Plan:
+            predicted = predictor.predict_from_hidden(hidden, request)
+            try:
+                plan = pipeline.planner.plan(request, n_prompt, left, predicted, timing=timing)
+            except Rejection as exc:
+                # Only alone: in a batch its steps would slow the running goals.
+                if timing is not None or exc.plan is None or not self._best_effort_now(request):
+                    raise
+                plan = replace(exc.plan, note=f'best effort (Kill, no goal waiting): '
+                                              f'{exc.reason}')
+            job.plan = replanned(plan, f'in prefill: {predicted} answer tokens predicted')
+            return job.plan  # admission now sees the predicted length of a running goal
+        return plan_from
+
+    def _best_effort_now(self, request) -> bool:
+        """Tell whether a goal refused in its prefill runs anyway (``idle_best_effort``)."""
+        if not self.config.idle_best_effort or request.policy != OverrunPolicy.KILL:
+            return False
+        return self.server.dispatch.waiting() == 0
+
+
+def replanned(plan: Plan, why: str) -> Plan:
+    """Return ``plan`` with the re-plan and its reason recorded in its note."""
+    return replace(plan, note='; '.join(filter(None, [plan.note, f're-planned {why}'])))

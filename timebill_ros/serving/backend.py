@@ -1,0 +1,71 @@
+"""The interface the decode loop drives a model through (a local engine or, later, a remote one).
+
+``runtime.engine.Engine`` is the local torch backend. A backend prefills one prompt
+(today whole; a chunked prefill splits it at this interface), hands out lanes that
+decode several sequences one step at a time, returns logits before the token is
+picked (so a step hook may mask them), and names the KV operations it offers in
+``capabilities`` ('evict', 'prefill_decision', 'move', 'early_exit', 'precision',
+'logits'), so the planner and the loop use only what the engine can do.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, ContextManager, Protocol, Sequence
+
+from timebill_ros.core.execution import PrefillDecision
+from timebill_ros.core.planning import Plan
+
+# The lane of the model's own precision.
+FULL_LANE = ('',)
+
+
+class Lane(Protocol):
+    """Sequences that step together (runtime.batch.BatchDecoder, runtime.early_exit.ExitLane)."""
+
+    exclusive: bool  # True: the other lanes wait while it holds a sequence
+    keys: list
+
+    def __len__(self) -> int:
+        """Count the sequences."""
+
+    def cached_tokens(self) -> int:
+        """Return the lane's KV length (the longest sequence's, with padding)."""
+
+    def join(self, key: str, cache, position: int) -> None:
+        """Add a prefilled sequence and the position of its next token."""
+
+    def take(self, key: str) -> tuple:
+        """Remove a sequence and return (its cache, next position) to join another lane."""
+
+    def leave(self, key: str) -> None:
+        """Remove a sequence (finished, killed, canceled)."""
+
+    def step(self, feed: dict, budgets: dict | None = None) -> dict:
+        """Feed each sequence its token; return key -> runtime.batch.LaneStep."""
+
+
+class Backend(Protocol):
+    """A model the loop runs goals on."""
+
+    capabilities: frozenset
+    eos_ids: frozenset
+    clock: Callable[[], float]  # the time of tokens and steps (monotonic seconds)
+
+    def prefill(self, prompt_ids: Sequence[int], plan: Plan,
+                decide: PrefillDecision | None = None) -> tuple:
+        """Prefill a prompt under its plan; return (cache, first logits, GenerationStats)."""
+
+    def lane_key(self, plan: Plan) -> tuple:
+        """Return the lane a plan decodes in."""
+
+    def lane(self, key: tuple) -> Lane:
+        """Return a new, empty lane."""
+
+    def threads(self, key: tuple) -> ContextManager:
+        """Return the thread setting a lane's steps run under."""
+
+    def pick(self, logits) -> int:
+        """Return the token a logits row gives (greedy)."""
+
+    def stream(self):
+        """Return a text stream for one answer (``push(token) -> text delta``)."""

@@ -1,0 +1,121 @@
+"""Learning from finished goals: online ETE refits, the ETE's error, and deadline telemetry."""
+
+from __future__ import annotations
+
+import threading
+
+from timebill_ros.core.execution import JobResult
+from timebill_ros.core.planning import MIXED
+from timebill_ros.core.request import Mode, Outcome
+from timebill_ros.core.telemetry import GoalRecord, Telemetry
+from timebill_ros.serving.backend import FULL_LANE
+
+# Weight of a finished answer in the running mean of answer lengths.
+TYPICAL_WEIGHT = 0.1
+
+
+class Learning:
+    """Count goals, keep the running answer length and refit the ETEs online."""
+
+    def __init__(self, window: int, dtype: str):
+        """Keep telemetry over ``window`` goals; ``dtype`` names the model's own precision."""
+        self._lock = threading.Lock()
+        self.telemetry = Telemetry(window=window)
+        self.dtype = dtype
+        # Answer length assumed for a waiting goal whose length is predicted only in its
+        # prefill: a running mean of finished answers.
+        self.typical_tokens = 32.0
+        self.last_precision = ''  # the last finished goal's decode precision (diagnostics)
+
+    def accepted(self) -> None:
+        """Count a goal queued."""
+        with self._lock:
+            self.telemetry.accepted()
+
+    def rejected(self, plan) -> None:
+        """Count a goal refused at admission."""
+        with self._lock:
+            self.telemetry.rejected()
+            if plan is not None and not plan.feasible:
+                self.telemetry.deadline_rejection(plan.fit_probability)
+
+    def finished(self, pipeline, job, result: JobResult) -> tuple:
+        """Learn from and count a finished goal; return (ETE estimate s, its error %)."""
+        estimate, error = learn_timing(pipeline, job, result)
+        with self._lock:
+            self.telemetry.finished(GoalRecord(result.outcome, result.deadline_met,
+                                               result.e2e_s, result.step_times))
+            if estimate:
+                self.telemetry.ete_error(error)
+            if result.outcome == Outcome.REJECTED and not result.plan.feasible:
+                self.telemetry.deadline_rejection(result.plan.fit_probability)
+            if result.prefill_s > 0.0:
+                plan = result.plan
+                self.last_precision = plan.precision_text or plan.precision or self.dtype
+            if result.outcome == Outcome.COMPLETED:
+                # Only finished answers have a true length (a killed one was cut short).
+                self.typical_tokens += TYPICAL_WEIGHT * (result.tokens - self.typical_tokens)
+                if result.plan.predicted_tokens:
+                    self.telemetry.length_error(result.plan.predicted_tokens, result.tokens)
+        return estimate, error
+
+    def summary(self) -> dict:
+        """Return the telemetry summary."""
+        with self._lock:
+            return self.telemetry.summary()
+
+    @staticmethod
+    def step_observer(pipeline):
+        """Return the loop's step callback that refits the batch ETE (None without one)."""
+        if pipeline.batch is None:
+            return None
+
+        def observe(lane: tuple, size: int, total_kv: int, seconds: float) -> None:
+            if lane == FULL_LANE:
+                pipeline.batch.observe(size, total_kv, seconds)
+        return observe
+
+
+def _modelled_steps(result: JobResult) -> bool:
+    """Tell whether a goal's decode steps are the steps a single-goal ETE models.
+
+    Exited steps are shorter than full-depth ones; batched steps have the batch
+    model's own drift; a per-layer mix scales both ETEs.
+    """
+    return (result.plan.mode != Mode.EARLY_EXIT and result.batch_peak <= 1
+            and result.plan.precision != MIXED)
+
+
+def learn_timing(pipeline, job, result: JobResult) -> tuple:
+    """Compare the ETE with what ran, then refit it online; return (estimate, error %)."""
+    online = pipeline.online
+    if online is None or result.prefill_s <= 0.0:
+        return 0.0, 0.0
+    n_x = len(job.prompt_ids)
+    if not _modelled_steps(result):
+        online.observe(n_x, result.prefill_s, result.kv_tokens, ())  # the prefill still counts
+        return 0.0, 0.0
+    switched = pipeline.online_variants.get(result.switched_to)
+    variant = pipeline.online_variants.get(result.plan.precision)
+    every = [online, *pipeline.online_variants.values()]
+
+    def observe(ete, prefill_s: float, kv: int, steps) -> None:
+        before = ete.drift_decode
+        ete.observe(n_x, prefill_s, kv, steps)
+        ete.share_decode_drift(every, before)  # the machine's speed moves every precision
+    estimate = pipeline.planner.estimate_s(result.plan, result.tokens, online.model,
+                                           result.switched_to if switched else '',
+                                           result.switched_at)
+    if switched is not None and result.switched_at >= 0:
+        # Full-precision steps up to the switch, the fallback precision's after it.
+        at, steps = result.switched_at, result.step_times
+        observe(online, result.prefill_s, result.kv_tokens, steps[:at])
+        observe(switched, 0.0, result.kv_tokens + at, steps[at:])
+    elif variant is not None:
+        # Prefill ran at full precision, the decode steps on the variant.
+        online.observe(n_x, result.prefill_s, result.kv_tokens, ())
+        observe(variant, 0.0, result.kv_tokens, result.step_times)
+    else:
+        observe(online, result.prefill_s, result.kv_tokens, result.step_times)
+    actual = result.prefill_s + result.decode_s
+    return estimate, (estimate - actual) / actual * 100.0

@@ -1,0 +1,317 @@
+"""The one decode loop: every goal, alone or batched, at any precision, runs here.
+
+A goal alone is a batch of one. Each iteration takes waiting goals in at a token
+boundary (``refill``: their prefill, today whole; the place a chunked prefill will
+interleave), lets the step hooks act (the precision switch; grammar masks and
+deadline checks belong here too), then steps every lane once: one lane per
+precision, per-layer mix or early exit (runtime lanes, from the backend). Every
+token goes through ``Member.emit`` (end of answer, the goal's own stop rule: its
+deadline policy, cancel and feedback, ``max_new_tokens``).
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence
+
+from timebill_ros.core.execution import GenerationStats, PrefillDecision, TokenEvent
+from timebill_ros.core.planning import Fallback, Plan
+from timebill_ros.serving.backend import Backend, FULL_LANE
+
+
+class GoalRun(Protocol):
+    """What the loop asks of a goal: its plan and rules (core.execution.JobRun)."""
+
+    plan: Plan
+    closes_batch: bool
+
+    def on_token(self, event: TokenEvent) -> bool:
+        """Stream a token; return False when the goal stops here."""
+
+    def token_budget(self, index: int) -> float | None:
+        """Return the seconds decode step ``index`` may take (early exit)."""
+
+    def switch_to(self, index: int, sharing) -> str:
+        """Name a precision to move to before decode step ``index`` ('' = stay)."""
+
+    def finish(self, stats: GenerationStats):
+        """Return the result of a goal whose generation ended."""
+
+    def failed(self, exc: Exception):
+        """Return the result of a goal whose generation raised ``exc``."""
+
+
+@dataclass(eq=False)
+class Member:
+    """A goal in the loop: its rules, the engine's stats, its text and its lane."""
+
+    key: str
+    run: GoalRun
+    max_new_tokens: int
+    end: Callable[[object], None]  # receives the goal's result
+    stats: GenerationStats | None = None
+    text: object = None  # the backend's text stream
+    lane: tuple = FULL_LANE
+    token: int = -1  # the token to feed at the next step
+
+    def emit(self, token: int, eos_ids, now: float) -> bool:
+        """Stream one token produced at ``now``; return False when the goal ends with it."""
+        stats = self.stats
+        if token in eos_ids:
+            stats.stop = 'eos'
+            return False
+        stats.tokens += 1
+        self.token = token
+        event = TokenEvent(index=stats.tokens - 1, token_id=token,
+                           text_delta=self.text.push(token), time=now)
+        if not self.run.on_token(event):
+            stats.stop = 'stopped'
+            return False
+        if stats.tokens >= self.max_new_tokens:
+            stats.stop = 'max_tokens'
+            return False
+        return True
+
+
+class StepHook(Protocol):
+    """Acts at every token boundary: before a round, and on each member's logits."""
+
+    def before_round(self, loop: 'DecodeLoop') -> None:
+        """Act before the lanes step (e.g. move a goal to another precision)."""
+
+    def logits(self, member: Member, logits):
+        """Return the logits to pick from (e.g. masked by a grammar)."""
+
+
+class PrecisionSwitch:
+    """Move a full-precision goal to its fallback precision when its rule says so.
+
+    A token costs a whole round when other goals share it: the rule is then timed on
+    the lanes' last steps (``Fallback.sharing``); alone, on its own profiled steps.
+    """
+
+    def before_round(self, loop: 'DecodeLoop') -> None:
+        """Move every goal whose switch is due."""
+        for member in list(loop.members.values()):
+            if member.lane != FULL_LANE or member.stats.switched_at >= 0:
+                continue
+            index = member.stats.tokens - 1  # the last answer token streamed
+            alone = loop.decoding() == 1
+            to = member.run.switch_to(index, None if alone else loop.sharing)
+            if to:
+                loop.move(member, (to,))
+                member.stats.switched_at, member.stats.switched_to = index, to
+
+    def logits(self, member: Member, logits):
+        """Leave the logits as they are."""
+        return logits
+
+
+class DecodeLoop:
+    """Run goals on one backend until none is left: the only token loop."""
+
+    def __init__(self, backend: Backend, capacity: int = 1,
+                 hooks: Sequence[StepHook] = (PrecisionSwitch(),),
+                 on_step: Callable[[tuple, int, int, float], None] | None = None):
+        """Decode at most ``capacity`` goals at once on ``backend``.
+
+        ``on_step(lane, size, total_kv, seconds)`` sees every lane step (online ETE).
+        """
+        self.backend, self.capacity, self.hooks = backend, capacity, tuple(hooks)
+        self.on_step = on_step
+        self.members: dict = {}  # key -> Member
+        self.lanes: dict = {}  # lane key -> lane
+        self.last_step: dict = {}  # lane key -> its last step's seconds
+        self._threads, self._threads_key = ExitStack(), None
+
+    def decoding(self) -> int:
+        """Count the goals decoding."""
+        return len(self.members)
+
+    def closed(self) -> bool:
+        """Tell whether no goal may join now: a Skip-Next goal or an exclusive lane runs."""
+        return any(m.run.closes_batch for m in self.members.values()) or any(
+            lane.exclusive and len(lane) for lane in self.lanes.values())
+
+    def longest_cache(self) -> int:
+        """Return the longest KV cache of the lanes (what a joining goal is padded to)."""
+        return max((lane.cached_tokens() for lane in self.lanes.values() if len(lane)),
+                   default=0)
+
+    def run(self, refill: Callable[['DecodeLoop'], bool]) -> None:
+        """Decode until no goal is left; ``refill(loop)`` starts one waiting goal.
+
+        ``refill`` returns False when none waits; it is asked once before the first
+        round, then at every token boundary while there is room.
+        """
+        try:
+            refill(self)
+            while self.members:
+                while self.decoding() < self.capacity and not self.closed():
+                    if not refill(self):
+                        break
+                for hook in self.hooks:
+                    hook.before_round(self)
+                self._round()
+        finally:
+            self._threads.close()
+
+    def start(self, member: Member, prompt_ids: Sequence[int], plan: Plan,
+              decide: PrefillDecision | None = None) -> None:
+        """Prefill a goal and take it in at this token boundary (its first token streamed).
+
+        With ``decide`` the plan is made during prefill; ``member.run.plan`` becomes
+        the plan in force. A failure (or a refusal in prefill) ends the goal.
+        """
+        backend = self.backend
+        self._threads.close()  # a prefill runs with the thread's own setting
+        self._threads_key = None
+        try:
+            cache, logits, stats = backend.prefill(prompt_ids, plan, decide)
+            member.run.plan = stats.plan
+            member.stats, member.text = stats, backend.stream()
+            member.lane = backend.lane_key(stats.plan)
+            lane = self._lane(member.lane)
+        except Exception as exc:  # noqa: BLE001 - any engine failure ends the goal
+            member.end(member.run.failed(exc))
+            return
+        stats.batch_peak = max(stats.batch_peak, self.decoding() + 1)
+        if not member.emit(self._pick(member, logits), backend.eos_ids, backend.clock()):
+            member.end(member.run.finish(stats))
+            return
+        lane.join(member.key, cache, len(prompt_ids))
+        self.members[member.key] = member
+
+    def move(self, member: Member, lane_key: tuple) -> None:
+        """Move a goal, cache and all, to another lane (a precision switch)."""
+        cache, position = self.lanes[member.lane].take(member.key)
+        member.lane = lane_key
+        self._lane(lane_key).join(member.key, cache, position)
+
+    def sharing(self, fallback: Fallback) -> Fallback:
+        """Return a switch rule timed on this round's lanes (``Fallback.sharing``)."""
+        last, target = self.last_step, (fallback.precision,)
+        after = sum(last.get(key, 0.0) for key in self.lanes if key not in (FULL_LANE, target))
+        if len(self.lanes.get(FULL_LANE, ())) > 1:  # the full-precision batch goes on
+            after += last.get(FULL_LANE, 0.0)
+        if target in self.lanes:  # joining makes that batch's step heavier, not lighter
+            after += max(0.0, last.get(target, 0.0) - fallback.step_s)
+        return fallback.sharing(sum(last.get(key, 0.0) for key in self.lanes), after)
+
+    def fail_all(self, exc: Exception) -> None:
+        """End every goal in the loop as failed (the loop itself broke)."""
+        for member in list(self.members.values()):
+            del self.members[member.key]
+            member.end(member.run.failed(exc))
+        self.lanes.clear()
+
+    def _lane(self, key: tuple):
+        if key not in self.lanes:
+            self.lanes[key] = self.backend.lane(key)
+        return self.lanes[key]
+
+    def _pick(self, member: Member, logits) -> int:
+        for hook in self.hooks:
+            logits = hook.logits(member, logits)
+        return self.backend.pick(logits)
+
+    def _use_threads(self, key: tuple) -> None:
+        """Run the next steps under the lane's thread setting (changed only when it differs)."""
+        if key != self._threads_key:
+            self._threads.close()
+            self._threads = ExitStack()
+            self._threads.enter_context(self.backend.threads(key))
+            self._threads_key = key
+
+    def _round(self) -> None:
+        """Step every lane once (an exclusive lane alone while it holds a goal)."""
+        for key in [key for key, lane in self.lanes.items() if len(lane) == 0]:
+            del self.lanes[key]
+            self.last_step.pop(key, None)
+        exclusive = [key for key, lane in self.lanes.items() if lane.exclusive]
+        for key in exclusive or list(self.lanes):
+            self._step(key, self.lanes[key])
+
+    def _step(self, key: tuple, lane) -> None:
+        """Step one lane and stream each of its goals' next token."""
+        size, total_kv = len(lane), len(lane) * lane.cached_tokens()
+        feed = {k: self.members[k].token for k in lane.keys}
+        budgets = {k: self.members[k].run.token_budget(self.members[k].stats.tokens - 1)
+                   for k in lane.keys} if lane.exclusive else None
+        clock = self.backend.clock
+        t = clock()
+        try:
+            self._use_threads(key)
+            steps = lane.step(feed, budgets)
+        except Exception as exc:  # noqa: BLE001 - the whole lane fails together
+            for k in lane.keys:
+                member = self.members.pop(k)
+                member.end(member.run.failed(exc))
+            del self.lanes[key]
+            return
+        now = clock()
+        step_s = now - t
+        self.last_step[key] = step_s
+        if self.on_step is not None:
+            self.on_step(key, size, total_kv, step_s)
+        peak = self.decoding()
+        for k, step in steps.items():
+            member = self.members[k]
+            stats = member.stats
+            stats.step_times.append(step_s)
+            stats.batch_peak = max(stats.batch_peak, peak)
+            if step.kind:
+                stats.exit_kinds.append(step.kind)
+            token = step.token if step.token is not None else self._pick(member, step.logits)
+            if not member.emit(token, self.backend.eos_ids, clock()):
+                lane.leave(k)
+                del self.members[k]
+                member.end(member.run.finish(stats))
+
+
+class _CallbackRun:
+    """The rules of a goal run outside the server: stop when ``on_token`` says so."""
+
+    closes_batch = False
+
+    def __init__(self, plan: Plan, on_token, token_budget=None, switch=None):
+        self.plan, self.on_token = plan, on_token
+        self._budget, self._switch = token_budget, switch
+
+    def token_budget(self, index: int) -> float | None:
+        return self._budget(index) if self._budget is not None else None
+
+    def switch_to(self, index: int, sharing) -> str:
+        return self._switch(index) if self._switch is not None else ''
+
+    def finish(self, stats: GenerationStats) -> GenerationStats:
+        return stats
+
+    def failed(self, exc: Exception):
+        raise exc
+
+
+def generate(backend: Backend, prompt_ids: Sequence[int], max_new_tokens: int, plan: Plan,
+             on_token: Callable[[TokenEvent], bool],
+             token_budget: Callable[[int], float | None] | None = None,
+             decide: PrefillDecision | None = None,
+             switch: Callable[[int], str] | None = None) -> GenerationStats:
+    """Run one prompt through the loop alone; return the engine's stats.
+
+    For tools and benchmarks: ``on_token`` stops it by returning False;
+    ``token_budget(i)`` gives early exit's seconds for decode step i; ``switch(i)``
+    names a resident precision decode step i and the rest run at ('' = stay). An
+    engine failure is raised.
+    """
+    ended: list = []
+    member = Member('generate', _CallbackRun(plan, on_token, token_budget, switch),
+                    max_new_tokens, ended.append)
+
+    def refill(loop: DecodeLoop) -> bool:  # the one goal, once
+        if member.stats is not None or ended:
+            return False
+        loop.start(member, prompt_ids, plan, decide)
+        return True
+    DecodeLoop(backend).run(refill)
+    return ended[0]
