@@ -237,6 +237,44 @@ def test_admission_counts_the_expected_wait_and_protects_accepted_goals(loaded, 
         server.stop(timeout_s=30.0)
 
 
+def test_the_plan_service_answers_as_admission_does_with_goals_waiting(
+        loaded, tmp_path, synthetic_profile):
+    server = profiled_server(loaded, tmp_path, synthetic_profile, 'edf',
+                             queue_aware_admission=True)
+    auto, none = int(Mode.AUTO), int(Mode.NONE)
+
+    def outcome(admit):
+        """Return (accepted, reason without its figures, the plan's cut) and the job."""
+        try:
+            job = admit()
+        except Rejection as exc:
+            return (False, re.sub(r'[0-9.]+', '#', exc.reason), None), None
+        plan = job.plan
+        return (True, '', (plan.mode, plan.eviction_ratio, plan.precision,
+                           plan.worst_case_tokens)), job
+    goals = {'hopeless': GoalSpec('Go.', budget_s=2.0, mode=auto, max_new_tokens=5),
+             'pusher': GoalSpec('Go.', budget_s=5.9, mode=none, max_new_tokens=10),
+             'patient': GoalSpec('Go.', budget_s=30.0, mode=auto, max_new_tokens=10)}
+    try:
+        with server.assembly.model_lock:
+            hold_worker(server)
+            server.submit(server.admit(GoalSpec('Go.', budget_s=6.0, mode=auto,
+                                                max_new_tokens=5), 'fits'))
+            answers = []
+            for key, goal in goals.items():
+                dry, _ = outcome(lambda: server.dry_run(goal))
+                real, job = outcome(lambda: server.admit(goal, key))
+                assert dry == real, key
+                answers.append(dry[0])
+                if job is not None:
+                    server.submit(job)
+            # The queue decided: the wait refused one, protecting 'fits' another.
+            assert answers == [False, False, True]
+            assert not server.dispatch.held  # a dry run holds no place
+    finally:
+        server.stop(timeout_s=30.0)
+
+
 def test_batched_goals_join_leave_and_answer_as_they_would_alone(loaded):
     prompts = ['Stop or go?', 'Report the battery level.', 'Describe the route ahead.',
                'Is the dock free?']
