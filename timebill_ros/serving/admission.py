@@ -63,7 +63,30 @@ class Admission:
             self._plan_in_queue(job, pipeline, known, pending)
             if reserve:
                 dispatch.held[key] = job
+        if pending and not reserve:
+            self._preview_prefill_plan(job, pipeline)
         return job
+
+    def _preview_prefill_plan(self, job: Job, pipeline) -> None:
+        """Show a dry run the plan its prefill would make, its length predicted now.
+
+        Admission (above, the action's own path) decided; this only fills in the plan a
+        caller of ~/plan wants to see: the one made once the length is known.
+        """
+        request, n_prompt = job.request, len(job.prompt_ids)
+        predicted = int(pipeline.planner.predictor.predict(request, n_prompt))
+        try:
+            plan = pipeline.planner.plan(request, n_prompt,
+                                         job.clock.remaining() - job.expected_wait_s,
+                                         predicted, timing=job.expected_timing)
+        except Rejection as exc:
+            job.plan = replace(job.plan, note='; '.join(filter(None, [
+                job.plan.note, f'its prefill would refuse it ({predicted} answer tokens '
+                               f'predicted now): {exc.reason}'])))
+            return
+        job.plan = replace(plan, note='; '.join(filter(None, [
+            plan.note, f'as its prefill would plan it ({predicted} answer tokens predicted '
+                       f'now; admission planned a 1-token answer)'])))
 
     def predicts_in_prefill(self, pipeline, request) -> bool:
         """Say whether this goal's length comes from its own prefill's hidden states."""
@@ -114,7 +137,7 @@ class Admission:
         """
         if not self.config.queue_aware_admission or pipeline.online is None:
             job.plan = self._plan(job, pipeline, known, pending, 0.0, None, 1, 0)
-        elif pipeline.max_batch > 1 and pipeline.batch is not None:
+        elif pipeline.batch is not None:  # batched decoding (max_batch > 1, profiled)
             self._fit_in_batch(job, pipeline, known, pending)
         else:
             self._fit_in_queue(job, pipeline, known, pending)
@@ -122,7 +145,7 @@ class Admission:
     def _plan(self, job: Job, pipeline, known, pending: bool, wait: float, timing,
               batch: int, ahead: int) -> Plan:
         """Plan a goal for the time left after ``wait``, decoding in a batch of ``batch``."""
-        job.expected_wait_s, job.expected_batch = wait, batch
+        job.expected_wait_s, job.expected_batch, job.expected_timing = wait, batch, timing
         try:
             return pipeline.planner.plan(job.request, len(job.prompt_ids),
                                          job.clock.remaining() - wait, known,

@@ -42,7 +42,8 @@ class Pipeline:
     online: OnlineTimingModel | None = None
     online_variants: dict = field(default_factory=dict)
     early_exit: EarlyExitConfig | None = None
-    # Batched decode steps (max_batch > 1): the profiled model and its online drift.
+    # Batched decode steps: the profiled model and its online drift. Set exactly when
+    # batching is on (max_batch > 1 and a profile, so ``online`` is set too).
     batch: OnlineBatchDrift | None = None
 
 

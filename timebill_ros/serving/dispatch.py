@@ -218,7 +218,7 @@ class Dispatch:
         admission = self.server.admission
         batch = loop.decoding() + 1
         timing = None
-        if batch > 1 and pipeline.batch is not None and pipeline.online is not None:
+        if batch > 1 and pipeline.batch is not None:  # (a batch model implies an ETE)
             # Goals of every precision share a round, so all of them count as the batch.
             longest = float(loop.longest_cache())
             timing = admission.member_timing(pipeline, batch, [longest] * (batch - 1),

@@ -53,6 +53,7 @@ class Job:
     # in; a re-plan at dispatch happens only when the real ones differ.
     expected_wait_s: float = 0.0
     expected_batch: int = 1
+    expected_timing: object = None  # the ETE of that batch (None: decoding alone)
 
     def waiting(self) -> Waiting:
         """Return what a scheduler orders this job by.
