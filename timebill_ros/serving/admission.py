@@ -80,13 +80,11 @@ class Admission:
                                          job.clock.remaining() - job.expected_wait_s,
                                          predicted, timing=job.expected_timing)
         except Rejection as exc:
-            job.plan = replace(job.plan, note='; '.join(filter(None, [
-                job.plan.note, f'its prefill would refuse it ({predicted} answer tokens '
-                               f'predicted now): {exc.reason}'])))
+            job.plan = noted(job.plan, f'its prefill would refuse it ({predicted} answer '
+                                       f'tokens predicted now): {exc.reason}')
             return
-        job.plan = replace(plan, note='; '.join(filter(None, [
-            plan.note, f'as its prefill would plan it ({predicted} answer tokens predicted '
-                       f'now; admission planned a 1-token answer)'])))
+        job.plan = noted(plan, f'as its prefill would plan it ({predicted} answer tokens '
+                               f'predicted now; admission planned a 1-token answer)')
 
     def predicts_in_prefill(self, pipeline, request) -> bool:
         """Say whether this goal's length comes from its own prefill's hidden states."""
@@ -298,6 +296,11 @@ class Admission:
         return self.server.dispatch.waiting() == 0
 
 
+def noted(plan: Plan, text: str) -> Plan:
+    """Return ``plan`` with ``text`` added to its note."""
+    return replace(plan, note='; '.join(filter(None, [plan.note, text])))
+
+
 def replanned(plan: Plan, why: str) -> Plan:
     """Return ``plan`` with the re-plan and its reason recorded in its note."""
-    return replace(plan, note='; '.join(filter(None, [plan.note, f're-planned {why}'])))
+    return noted(plan, f're-planned {why}')
