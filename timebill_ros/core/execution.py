@@ -11,6 +11,10 @@ from timebill_ros.core.planning import Fallback, Plan
 from timebill_ros.core.request import Outcome, OverrunPolicy, Rejection, Request
 
 
+# The decode lane of the model's own precision (serving loop and engines share the key).
+FULL_LANE = ('',)
+
+
 @dataclass(frozen=True)
 class TokenEvent:
     """One generated token as the engine reports it."""

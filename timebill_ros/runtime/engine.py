@@ -13,7 +13,7 @@ from contextlib import nullcontext
 import time
 from typing import Callable, Sequence
 
-from timebill_ros.core.execution import GenerationStats, PrefillDecision
+from timebill_ros.core.execution import FULL_LANE, GenerationStats, PrefillDecision
 from timebill_ros.core.planning import MIXED, Plan
 from timebill_ros.core.request import Mode
 from timebill_ros.runtime.batch import BatchDecoder
@@ -117,7 +117,7 @@ class Engine:
         if plan.precision == MIXED:
             return (MIXED, tuple(plan.precision_mix))
         if plan.precision == self.loaded.dtype:
-            return ('',)
+            return FULL_LANE
         return (plan.precision or '',)
 
     def lane(self, key: tuple):

@@ -12,11 +12,8 @@ from __future__ import annotations
 
 from typing import Callable, ContextManager, Protocol, Sequence
 
-from timebill_ros.core.execution import PrefillDecision
+from timebill_ros.core.execution import FULL_LANE, PrefillDecision  # noqa: F401 (re-export)
 from timebill_ros.core.planning import Plan
-
-# The lane of the model's own precision.
-FULL_LANE = ('',)
 
 
 class Lane(Protocol):
