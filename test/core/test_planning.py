@@ -18,7 +18,7 @@ MODEL = TimingModel(0.0, 0.001, 0.0, 1e-5, 0.03)  # prefill 2 s at 2000 tokens
 SETTINGS = replace(PlannerSettings.from_config(NodeConfig()), time_margin=0.0,
                    min_cut_saving=0.0, min_switch_speedup=1.0, auto_early_exit=True,
                    admit_probability=0.02)
-RESOURCES = ('early_exit', 'precisions', 'effects', 'mix')
+RESOURCES = ('early_exit', 'precisions', 'effects', 'mix', 'engines')
 
 
 def make_planner(timing, predictor, **kwargs):
@@ -406,3 +406,43 @@ def test_no_switch_is_planned_to_a_precision_that_is_not_clearly_faster():
     assert planner(barely, 1.0).plan(request, 45, 7.0).fallback.precision == 'int8-dynamic'
     with pytest.raises(ValueError, match='min_switch_speedup'):
         planner(INT8, 0.5)
+
+
+# Another engine: a slower prefill (2.5 ms/token) but a step 8x faster than MODEL's.
+LLAMA = TimingModel(0.0, 0.0025, 0.0, 0.0, 0.00375)
+ENGINE = 'llama.cpp-f16'
+
+
+def engine_planner(quality=0.9, **kwargs):
+    effects = CutEffects(precision={ENGINE: CutEffect(1.0, quality)})
+    return make_planner(lambda: MODEL, Fixed(60), engines={ENGINE: lambda: LLAMA},
+                        effects=effects, **kwargs)
+
+
+def test_auto_runs_a_short_command_on_the_faster_engine_only_when_the_torch_path_misses():
+    planner = engine_planner()
+    full = MODEL.wcet(40, 0.0, 60)
+    roomy = planner.plan(req(Mode.AUTO), 40, full * 1.5)
+    assert roomy.precision == '' and roomy.eviction_ratio == 0.0  # fidelity 1 beats 0.9
+    tight = planner.plan(req(Mode.AUTO), 40, full * 0.3)
+    assert tight.precision == ENGINE and tight.feasible and tight.eviction_ratio == 0.0
+    assert tight.est_prefill_s == pytest.approx(LLAMA.prefill(40))
+    assert tight.est_wcet_s == pytest.approx(LLAMA.wcet(40, 0.0, 60))
+    assert 'llama.cpp-f16' in tight.note and tight.fallback is None
+    assert planner.estimate_s(tight, 10) == pytest.approx(LLAMA.wcet(40, 0.0, 10))
+
+
+def test_a_long_prompt_stays_on_the_engine_whose_prefill_fits():
+    planner = engine_planner(quality=1.0)
+    # 2000 prompt tokens: the engine's prefill alone (5 s) is over the torch goal's time.
+    budget = MODEL.wcet(2000, 0.0, 60) * 1.05
+    plan = planner.plan(req(Mode.AUTO), 2000, budget)
+    assert plan.precision == '' and plan.feasible
+
+
+def test_a_goal_may_pin_the_engine_in_none_and_auto_mode():
+    planner = engine_planner()
+    for mode in (Mode.NONE, Mode.AUTO):
+        plan = planner.plan(replace(req(mode), precision=ENGINE), 40, 0.5)
+        assert plan.precision == ENGINE and plan.mode == mode
+        assert plan.est_wcet_s == pytest.approx(LLAMA.wcet(40, 0.0, 60))

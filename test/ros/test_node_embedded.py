@@ -37,7 +37,8 @@ def node(rclpy_context, tmp_path_factory):
     # for the goal's whole cap (the shipped head is tested in test_node_robot.py).
     proc = NodeProcess({'model': 'embedded', 'profile': str(path), 'calibrate_on_start': True,
                         'calibration_quick': True, 'time_margin': MARGIN,
-                        'length_predictor': 'max-new-tokens'}, ready_timeout=600)
+                        'length_predictor': 'max-new-tokens', 'llama_engines': ''},
+                       ready_timeout=600)
     proc.profile_path = path
     yield proc
     proc.stop()
@@ -174,7 +175,8 @@ def test_diagnostics_show_the_online_estimation_error(client):
 def test_length_predictor_expects_a_longer_answer_for_an_essay(node):
     # A second node (own namespace) with the shipped length head, same profile.
     rlp = NodeProcess({'model': 'embedded', 'profile': str(node.profile_path),
-                       'length_predictor': 'rlp', 'warm_up': False}, ready_timeout=300,
+                       'length_predictor': 'rlp', 'warm_up': False, 'llama_engines': ''},
+                      ready_timeout=300,
                       namespace='/rlp')
     try:
         def predicted(instruction):

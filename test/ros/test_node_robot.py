@@ -54,3 +54,30 @@ def test_hopeless_budget_is_rejected_with_the_prediction(client):
     assert not run.accepted
     assert 'cannot meet the deadline' in run.reject_reason
     assert 'predicted' in run.reject_reason
+
+
+def test_a_tight_command_runs_on_a_llama_cpp_option_and_the_plan_names_it(client):
+    # The shipped config keeps llama.cpp variants resident: at 1 s the torch path's
+    # answer (~3 s here) cannot fit, a llama.cpp one does.
+    run = client.ask(make_goal('Summarise the robot status in one sentence: battery 64 %, '
+                               'lidar OK, camera 2 offline, speed 1.2 m/s.', 1.0,
+                               mode=G.MODE_AUTO, max_new_tokens=48), 60)
+    assert run.accepted, run.reject_reason
+    res = run.result
+    assert res.plan.precision.startswith('llama.cpp-'), (res.plan.precision, res.plan.note)
+    assert res.outcome == R.COMPLETED and res.deadline_met, res.reason
+    assert res.text.strip() and run.streamed_text == res.text
+
+
+def test_kill_stops_a_pinned_llama_cpp_prefill_within_one_chunk(client):
+    context = ' '.join(f'Shelf {i} holds {i * 7 % 50} boxes of part P{i}.' for i in range(600))
+    # The caller's expected length: no predictor runs, the budget is the prefill's.
+    run = client.ask(make_goal('How many boxes does shelf 17 hold?', 0.5, context=context,
+                               mode=G.MODE_NONE, precision='llama.cpp-q4_1',
+                               max_new_tokens=8, expected_tokens=8), 60)
+    assert run.accepted, run.reject_reason
+    res = run.result
+    assert res.outcome == R.KILLED and not res.deadline_met and res.tokens == 0
+    assert 'during prefill' in res.reason, res.reason
+    # One chunk of 64 tokens is ~0.1 s here; the prompt alone would take seconds.
+    assert res.e2e_s < 0.5 + 0.5, res.reason

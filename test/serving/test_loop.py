@@ -10,7 +10,8 @@ from contextlib import nullcontext
 import pytest
 
 from timebill_ros.core.deadline import DeadlineClock
-from timebill_ros.core.execution import GenerationStats, JobRun, PrefillDecision
+from timebill_ros.core.execution import (
+    GenerationStats, JobRun, PrefillDecision, PrefillInterrupted)
 from timebill_ros.core.planning import Fallback, Plan
 from timebill_ros.core.request import Mode, Outcome, OverrunPolicy, Rejection, Request
 from timebill_ros.runtime.batch import LaneStep
@@ -78,14 +79,18 @@ class ScriptedBackend:
     capabilities = frozenset({'move', 'logits'})
     eos_ids = frozenset({EOS})
 
-    def __init__(self, clock, step, words=10, fail_at=None, fast_step=None):
+    def __init__(self, clock, step, words=10, fail_at=None, fast_step=None, chunks=1):
         self.clock, self.step, self.words, self.fail_at = clock, step, words, fail_at
         self.fast_step = fast_step  # the step time after a switch of precision
+        self.chunks = chunks  # prefill chunks, one step each, interrupt asked between
 
-    def prefill(self, prompt_ids, plan, decide=None):
-        stats = GenerationStats(prefill_s=self.step)
+    def prefill(self, prompt_ids, plan, decide=None, interrupt=None):
+        stats = GenerationStats(prefill_s=self.step * self.chunks)
         stats.plan = decide.plan_from('hidden states') if decide is not None else plan
-        self.clock.t += self.step
+        for chunk in range(self.chunks):
+            if chunk and interrupt is not None and interrupt():
+                raise PrefillInterrupted(chunk, self.chunks)
+            self.clock.t += self.step
         return 'cache', 0, stats
 
     def lane_key(self, plan):
@@ -151,6 +156,26 @@ def test_kill_stops_at_first_boundary_after_deadline():
     assert result.outcome == Outcome.KILLED and not result.deadline_met
     # tokens at t=0.3, 0.6, 0.9, 1.2: the one at 1.2 is the first at/after 1.0
     assert result.tokens == 4 and result.e2e_s == 1.2
+
+
+def test_kill_ends_a_chunked_prefill_within_one_chunk_of_the_deadline():
+    clock = ScriptedClock()
+    backend = ScriptedBackend(clock, 0.3, words=50, chunks=10)
+    result, seen = run(backend, request(budget=1.0), clock)
+    # chunks end at 0.3, 0.6, 0.9, 1.2: asked before the fifth, past the deadline
+    assert result.outcome == Outcome.KILLED and not result.deadline_met and seen == []
+    assert result.e2e_s == pytest.approx(1.2) and 'during prefill' in result.reason
+    assert '4 of 10 prompt tokens' in result.reason
+    auto = Request('q', '', 1.0, OverrunPolicy.KILL, Mode.AUTO, 100, 1.0)
+    assert run(backend, auto, clock)[0].outcome == Outcome.KILLED  # in every mode
+
+
+def test_skip_next_prefills_every_chunk_and_admits_lateness():
+    clock = ScriptedClock()
+    backend = ScriptedBackend(clock, 0.3, words=2, chunks=5)
+    result, _ = run(backend, request(OverrunPolicy.SKIP_NEXT), clock)
+    assert result.outcome == Outcome.COMPLETED and result.tokens == 2
+    assert not result.deadline_met
 
 
 def test_skip_next_runs_to_the_end_and_admits_lateness():

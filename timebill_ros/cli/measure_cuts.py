@@ -28,6 +28,7 @@ from timebill_ros.serving.loop import generate
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / 'timebill_ros' / 'data' / 'cut_effects.json'  # = core.cuts.SHIPPED
 PRECISIONS = ('int8-dynamic', 'int8-weight')
+LLAMA_FORMATS = ('f16', 'q8_0', 'q4_k_m', 'q4_1')  # = core.config.LLAMA_FORMATS
 
 
 def answer(engine, ids, plan, max_new_tokens: int) -> tuple:
@@ -41,6 +42,13 @@ def answer(engine, ids, plan, max_new_tokens: int) -> tuple:
     return ''.join(parts), stats.tokens
 
 
+class _Log:
+    def info(self, message):
+        print(message, flush=True)
+
+    warning = error = info
+
+
 def main(argv=None) -> int:
     """Run the measurement and write the table and the report."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -49,6 +57,9 @@ def main(argv=None) -> int:
     parser.add_argument('--alphas', type=float, nargs='*', default=[0.3, 0.6, 0.9])
     parser.add_argument('--precisions', nargs='*', default=list(PRECISIONS),
                         choices=PRECISIONS)
+    parser.add_argument('--engines', nargs='*', default=[], choices=LLAMA_FORMATS,
+                        help='llama.cpp GGUF formats to measure as engine options (their '
+                        'rows are named llama.cpp-<format>)')
     parser.add_argument('--merge', action='store_true',
                         help='keep the entries of --out that this run does not measure')
     parser.add_argument('--max-new-tokens', type=int, default=128)
@@ -76,10 +87,21 @@ def main(argv=None) -> int:
     loaded = load_model(args.model)
     engine = Engine(loaded, press_for_plan, decode_threads=1, variants={
         low: precision_variant(loaded, low) for low in args.precisions})
+    options = {}
+    if args.engines:
+        from timebill_ros.core.config import NodeConfig
+        from timebill_ros.serving.engine_options import llama_engines
+        from timebill_ros.serving.resident import ResidentEngines
+        config = NodeConfig.from_dict({'llama_engines': ','.join(args.engines),
+                                       'max_batch': 1})
+        options = llama_engines(config, loaded, _Log())
+        if len(options) != len(args.engines):
+            raise SystemExit('llama.cpp engine options unavailable (see the warning above)')
+        engine = ResidentEngines(engine, options)
     items = robot_workload.load('train')[::max(1, args.every)]
     if args.limit:
         items = items[:args.limit]
-    cuts = {low: Plan(precision=low) for low in args.precisions}
+    cuts = {low: Plan(precision=low) for low in (*args.precisions, *options)}
     for alpha in args.alphas:
         cuts[f'evict {alpha:g}'] = Plan(mode=Mode.EVICTION, eviction_ratio=alpha,
                                         press=args.press)
@@ -122,7 +144,7 @@ def main(argv=None) -> int:
     source = (f'measure_cuts on {len(rows)} robot train items, model {loaded.name}, '
               f'press {args.press}, {time.strftime("%Y-%m-%d")}')
     precision = {low: CutEffect(summary[low]['length_factor'], min(1.0, summary[low]['quality']))
-                 for low in args.precisions if low in summary}
+                 for low in (*args.precisions, *options) if low in summary}
     ratios = tuple(a for a, _ in evictions)
     eviction = tuple(CutEffect(s['length_factor'], min(1.0, s['quality']))
                      for _, s in evictions)

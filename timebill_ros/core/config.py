@@ -9,6 +9,8 @@ from timebill_ros.core.request import Limits, Mode, OverrunPolicy
 from timebill_ros.core.telemetry import Thresholds
 
 POLICY_NAMES = {'kill': OverrunPolicy.KILL, 'skip_next': OverrunPolicy.SKIP_NEXT}
+# GGUF weight formats a llama.cpp engine option may run (runtime.llama_engine).
+LLAMA_FORMATS = ('f16', 'q8_0', 'q4_k_m', 'q4_1')
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,19 @@ PARAMS = (
           "with torch's default (the fewest within 5 % of the fastest); 0: torch default; "
           'n: n threads. The best count depends on the CPU: int8 steps on one 2-core VM ran '
           '19 ms on 1 thread and 30 ms on 2, on another 39 ms and 24 ms.', -1, 256),
+    Param('llama_engines', 'f16,q8_0,q4_1', 'GGUF weight formats of the model that stay '
+          'resident on llama.cpp as engine options: MODE_AUTO may run a whole goal on one '
+          '(prefill and decode) when its profiled time and measured fidelity beat the torch '
+          "cuts, and a goal may pin one as its precision ('llama.cpp-<format>'). Formats: "
+          f"{', '.join(LLAMA_FORMATS)} (made once from the embedded Q4_1 GGUF by llama.cpp's "
+          "quantizer); '' = off. Needs llama-cpp-python and a GGUF model (the embedded "
+          'one).'),
+    Param('llama_threads', 0, "llama.cpp threads per engine option (0: the machine's "
+          'cores).', 0, 256),
+    Param('llama_chunk', 64, 'Prompt tokens per llama.cpp prefill chunk: a goal past its '
+          'deadline (Kill) or canceled stops between chunks.', 8, 4096),
+    Param('llama_context', 8192, 'KV cells of each llama.cpp option, shared by its max_batch '
+          'sequences.', 256, 262144),
     Param('length_predictor_max_tokens', 256, 'Longest input the length predictor reads; '
           'longer prompts keep their first 32 and last tokens (bounds its cost).', 65, 8192),
     Param('length_predictor_in_prefill', True, "For heads on the target's own hidden states: "
@@ -201,6 +216,10 @@ class NodeConfig:
     precision_mix: str = ''
     cut_effects: str = 'shipped'
     decode_threads: int = -1
+    llama_engines: str = 'f16,q8_0,q4_1'
+    llama_threads: int = 0
+    llama_chunk: int = 64
+    llama_context: int = 8192
     length_predictor_max_tokens: int = 256
     length_predictor_in_prefill: bool = True
     early_exit_layers: str = ''
@@ -223,6 +242,7 @@ class NodeConfig:
             check_param(PARAM_BY_NAME[name], value)
         config = cls(**merged)
         config.exit_layers()  # raises ValueError on a malformed list
+        config.llama_formats()
         if config.early_exit_threshold_end > config.early_exit_threshold_start:
             raise ValueError('early_exit_threshold_end must be <= early_exit_threshold_start')
         if config.max_new_tokens > config.max_new_tokens_limit:
@@ -258,6 +278,15 @@ class NodeConfig:
         if list(layers) != sorted(set(layers)) or layers[0] < 1:
             raise ValueError(f'early_exit_layers must be increasing and >= 1 (got {text!r})')
         return layers
+
+    def llama_formats(self) -> tuple:
+        """Return the llama.cpp engine formats, in order (empty: off)."""
+        formats = tuple(f.strip().lower() for f in self.llama_engines.split(',') if f.strip())
+        unknown = [f for f in formats if f not in LLAMA_FORMATS]
+        if unknown or len(set(formats)) != len(formats):
+            raise ValueError(f'llama_engines must be distinct formats from '
+                             f'{", ".join(LLAMA_FORMATS)} (got {self.llama_engines!r})')
+        return formats
 
     def thresholds(self) -> Thresholds:
         """Return the diagnostic miss-rate thresholds."""

@@ -8,7 +8,7 @@ planner judges and chooses among cut objects without asking which kind it holds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 import math
 
 from timebill_ros.core.cuts import CutEffect, CutEffects
@@ -55,9 +55,14 @@ class CutContext:
     effects: CutEffects
     early_exit: EarlyExitConfig | None = None
     mix: MixConfig | None = None
+    # Another resident engine (llama.cpp on a GGUF) -> callable returning its TimingModel:
+    # it runs a goal's prefill and decode itself.
+    engines: dict = field(default_factory=dict)
 
     def model_of(self, precision: str) -> TimingModel:
-        """Return the current ETE of a resident precision's decode steps."""
+        """Return the current ETE of a resident precision's (or engine's) steps."""
+        if precision in self.engines:
+            return self.engines[precision]()
         return self.precisions[precision]()
 
 
@@ -95,6 +100,10 @@ class Cut:
     def effect(self, ctx: CutContext) -> CutEffect:
         """Return the measured effect on answer length and fidelity."""
         raise NotImplementedError
+
+    def prefill_s(self, ctx: CutContext, model: TimingModel, n_x: float) -> float:
+        """Return the seconds of the prefill (the full model's unless the cut runs elsewhere)."""
+        return model.prefill(n_x)
 
     def step_s(self, ctx: CutContext, model: TimingModel, kv: float) -> float:
         """Return one answer token's decode step at KV length ``kv`` (per-token deadline)."""
@@ -185,6 +194,34 @@ class Precision(Cut):
 
     def describe(self, ctx):
         return _with(self._evicting() + [f'{self.precision} decoding'])
+
+
+@dataclass(frozen=True)
+class OtherEngine(Cut):
+    """The whole goal, prefill and decode, on another resident engine (``ctx.engines``).
+
+    Its own ETE times both phases and its measured fidelity row (``CutEffects.precision``
+    under the engine's name) is its effect. It offers no KV eviction, early exit or
+    mid-answer switch: a sequence's cache cannot move between engines.
+    """
+
+    precision: str
+    mode: Mode = Mode.EVICTION
+
+    def time_s(self, ctx, model, n_x, tokens):
+        return ctx.model_of(self.precision).wcet(n_x, 0.0, tokens)
+
+    def prefill_s(self, ctx, model, n_x):
+        return ctx.model_of(self.precision).prefill(n_x)
+
+    def effect(self, ctx):
+        return ctx.effects.of_precision(self.precision)
+
+    def step_s(self, ctx, model, kv):
+        return ctx.model_of(self.precision).step(kv)
+
+    def describe(self, ctx):
+        return _with([f'{self.precision} (prefill and decode)'])
 
 
 @dataclass(frozen=True)
@@ -355,6 +392,8 @@ def cut_of(plan, ctx: CutContext) -> Cut:
     if plan.precision == MIXED:
         return MixedPrecision(Mix(tuple(plan.precision_mix), ctx.mix.table.units)
                               if ctx.mix is not None else None)
+    if plan.precision in ctx.engines:
+        return OtherEngine(plan.precision, plan.mode)
     if plan.precision:
         return Precision(plan.precision, plan.mode, plan.eviction_ratio)
     if plan.mode == Mode.EARLY_EXIT:

@@ -51,6 +51,15 @@ class GenerationStats:
         return float(sum(self.step_times))
 
 
+class PrefillInterrupted(Exception):
+    """A chunked prefill stopped between chunks because the goal's rules said so."""
+
+    def __init__(self, done: int, total: int):
+        """Record how many of the prompt's tokens were prefilled."""
+        super().__init__(f'prefill interrupted after {done} of {total} prompt tokens')
+        self.done, self.total = done, total
+
+
 @dataclass(frozen=True)
 class PrefillDecision:
     """A plan made while prefill runs, from the output of decoder layer ``layer`` (1-based).
@@ -127,6 +136,11 @@ class JobRun:
                 self.plan)
         return None
 
+    def interrupt(self) -> bool:
+        """Tell whether a chunked prefill must stop now (canceled, or Kill past the deadline)."""
+        return self.cancel_requested() or (
+            self.request.policy == OverrunPolicy.KILL and self.clock.expired())
+
     def on_token(self, event: TokenEvent) -> bool:
         """Stream a token; return False when the rules stop the goal here."""
         self.parts.append(event.text_delta)
@@ -174,6 +188,14 @@ class JobRun:
                                     f'prefill: {exc.reason}',
                              queue_s=self.queue_s, e2e_s=self.clock.elapsed(now),
                              plan=exc.plan if exc.plan is not None else self.plan)
+        if isinstance(exc, PrefillInterrupted):
+            canceled = self.cancel_requested()
+            late = self.clock.remaining(now)
+            return JobResult(
+                outcome=Outcome.CANCELED if canceled else Outcome.KILLED, deadline_met=False,
+                reason=(f'canceled by the caller during prefill ({exc})' if canceled else
+                        f'killed during prefill at the deadline ({exc}; {-late:.3f} s past it)'),
+                queue_s=self.queue_s, e2e_s=self.clock.elapsed(now), plan=self.plan)
         return JobResult(outcome=Outcome.FAILED, deadline_met=False,
                          reason=f'generation failed: {type(exc).__name__}: {exc}',
                          text=''.join(self.parts), queue_s=self.queue_s,

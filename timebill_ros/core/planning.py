@@ -8,7 +8,7 @@ from typing import Callable, Protocol
 
 from timebill_ros.core.cut_kinds import (  # noqa: F401 (EarlyExitConfig, MixConfig, MIXED
     Cut, cut_of, CutContext, EarlyExit, EarlyExitConfig, Eviction,  # are imported from here)
-    FallbackSwitch, Goal, MIXED, MixConfig, MixedPrecision, Precision)
+    FallbackSwitch, Goal, MIXED, MixConfig, MixedPrecision, OtherEngine, Precision)
 from timebill_ros.core.cuts import CutEffects
 from timebill_ros.core.early_exit import p99_tpot_estimate, schedulable
 from timebill_ros.core.eviction import press_skip_reason
@@ -273,7 +273,7 @@ class TimeBillPlanner:
     def __init__(self, timing: Callable[[], TimingModel], predictor: LengthPredictor,
                  settings: PlannerSettings, *, early_exit: EarlyExitConfig | None = None,
                  precisions: dict | None = None, effects: CutEffects | None = None,
-                 mix: MixConfig | None = None):
+                 mix: MixConfig | None = None, engines: dict | None = None):
         """Configure the planner; raise ValueError on a mix without its resident copy.
 
         ``settings``: the node parameters the planner reads
@@ -283,18 +283,26 @@ class TimeBillPlanner:
         ``effects`` holds each cut's measured answer-length factor and fidelity
         (core.cuts); without it cuts count as harmless. ``mix`` lets MODE_AUTO lower
         single layers to ``mix.low`` (a key of ``precisions``), chosen per goal by the
-        knapsack DP of core.precision.
+        knapsack DP of core.precision. ``engines`` maps another resident engine's option
+        (e.g. 'llama.cpp-q8_0') to a callable returning its TimingModel: MODE_AUTO may run
+        a whole goal there, and a goal may pin it like a precision.
         """
         self.timing, self.predictor, self.settings = timing, predictor, settings
         precisions = dict(precisions or {})
         if mix is not None and mix.low not in precisions:
             raise ValueError(f'mixed precision needs a resident {mix.low} copy')
-        self.context = CutContext(precisions, effects or CutEffects(), early_exit, mix)
+        self.context = CutContext(precisions, effects or CutEffects(), early_exit, mix,
+                                  dict(engines or {}))
 
     @property
     def precisions(self) -> dict:
         """Return {resident precision: callable returning its TimingModel}."""
         return self.context.precisions
+
+    @property
+    def engines(self) -> dict:
+        """Return {resident engine option: callable returning its TimingModel}."""
+        return self.context.engines
 
     @property
     def mix(self) -> MixConfig | None:
@@ -324,6 +332,9 @@ class TimeBillPlanner:
             if self.context.early_exit is None:
                 raise Rejection('MODE_EARLY_EXIT is not configured on this node')
             return [EarlyExit()], ''
+        if request.precision in self.engines:  # the goal pinned another engine
+            return [OtherEngine(request.precision, request.mode)], \
+                f'engine {request.precision} pinned by the goal'
         pinned = request.precision if request.precision in self.precisions else ''
         if request.mode == Mode.NONE:
             return [Precision(pinned, Mode.NONE) if pinned else Eviction(Mode.NONE)], ''
@@ -358,6 +369,7 @@ class TimeBillPlanner:
             if self.context.early_exit is not None and settings.auto_early_exit:
                 candidates.append((EarlyExit(0.0 if evict else settings.alpha_max),
                                    'early exit'))
+            candidates += [(OtherEngine(name), name) for name in self.engines]
         for cut, name in candidates:
             skip = too_small(cut, name)
             if skip:
@@ -525,7 +537,7 @@ class TimeBillPlanner:
         # estimate below must be the one of the mode that runs.
         chosen, p99, utilisation = self._per_token(request, goal, chosen)
         cut, wcet, fits, fit = chosen.cut, chosen.wcet, chosen.fits, chosen.probability
-        prefill = model.prefill(prompt_tokens)
+        prefill = cut.prefill_s(self.context, model, prompt_tokens)
         plan = Plan(
             mode=cut.mode,
             prompt_tokens=prompt_tokens, predicted_tokens=predicted,

@@ -215,8 +215,11 @@ class Engine:
         return out, decided[0]
 
     def prefill(self, prompt_ids: Sequence[int], plan: Plan,
-                decide: PrefillDecision | None = None) -> tuple:
+                decide: PrefillDecision | None = None, interrupt=None) -> tuple:
         """Prefill one prompt alone under the plan's press; return (cache, logits, stats).
+
+        The prompt runs in one forward pass, so ``interrupt`` (asked between chunks by a
+        chunked prefill) is not asked here.
 
         ``logits`` is the last position's row (the first answer token's, before any
         mask); the cache joins a lane. With ``decide`` the plan (and its press) is made

@@ -199,6 +199,33 @@ def calibrate(loaded: LoadedModel, grid: Grid = Grid(), progress: bool = True,
                                    grid.decode_steps, grid.repeats)
     bar.update(1)
     bar.close()
+    layer_times = {}
+    if hasattr(loaded.model, 'model') and hasattr(loaded.model.model, 'layers'):
+        from timebill_ros.runtime.early_exit import measure_layer_times
+        with intra_op_threads(decode_threads):
+            times = measure_layer_times(loaded, n_kv=512, steps=grid.decode_steps)
+        layer_times = {'layers_s': [float(t) for t in times.layers],
+                       'head_s': float(times.head_s), 'n_kv': 512}
+    batch_points, batch_fit = [], None
+    if max_batch > 1:
+        batch_points, batch_fit = batch_profile(loaded, max_batch, decode_threads)
+    return fitted_profile(
+        prefill, decode, grid, model=loaded.name, device=loaded.device, dtype=loaded.dtype,
+        versions={'torch': str(torch.__version__), 'transformers': transformers.__version__,
+                  'python': platform.python_version(),
+                  'threads': torch.get_num_threads(),
+                  'decode_threads': decode_threads or torch.get_num_threads()},
+        layer_times=layer_times,
+        batch_points=[[int(b), float(k), float(t)] for b, k, t in batch_points],
+        batch_coefficients=batch_fit.as_list() if batch_fit else [])
+
+
+def fitted_profile(prefill: dict, decode: dict, grid: Grid, **fields) -> Profile:
+    """Fit the ETE to measured times and return the profile with its held-out errors.
+
+    ``prefill``: {prompt length: s}; ``decode``: {start length: (step s, mean KV)};
+    ``fields``: the rest of the Profile (model, device, dtype, versions, ...).
+    """
     # Weights 1/t^2 minimise relative error, the quantity MAPE and deadlines care about.
     fit_t = [prefill[n] for n in grid.prefill_fit]
     a, b, c = fit_prefill(list(grid.prefill_fit), fit_t, weights=[1 / t ** 2 for t in fit_t])
@@ -214,18 +241,7 @@ def calibrate(loaded: LoadedModel, grid: Grid = Grid(), progress: bool = True,
         return max(abs(pred - t) / t * 100.0 for _, t, pred in points)
     fit_pre = [(n, prefill[n], model.prefill(n)) for n in grid.prefill_fit]
     fit_dec = [(x, t, model.step(x)) for x, t in fit_pts]
-    layer_times = {}
-    if hasattr(loaded.model, 'model') and hasattr(loaded.model.model, 'layers'):
-        from timebill_ros.runtime.early_exit import measure_layer_times
-        with intra_op_threads(decode_threads):
-            times = measure_layer_times(loaded, n_kv=512, steps=grid.decode_steps)
-        layer_times = {'layers_s': [float(t) for t in times.layers],
-                       'head_s': float(times.head_s), 'n_kv': 512}
-    batch_points, batch_fit = [], None
-    if max_batch > 1:
-        batch_points, batch_fit = batch_profile(loaded, max_batch, decode_threads)
     return Profile(
-        model=loaded.name, device=loaded.device, dtype=loaded.dtype,
         coefficients={'a': a, 'b': b, 'c': c, 'p': p, 'q': q},
         prefill_points=[[int(n), float(t)] for n, t in prefill.items()],
         decode_points=[[float(x), float(t)] for t, x in decode.values()],
@@ -239,10 +255,4 @@ def calibrate(loaded: LoadedModel, grid: Grid = Grid(), progress: bool = True,
         },
         residuals={'prefill_max_fit_ape_pct': residual(fit_pre),
                    'decode_max_fit_ape_pct': residual(fit_dec)},
-        versions={'torch': str(torch.__version__), 'transformers': transformers.__version__,
-                  'python': platform.python_version(),
-                  'threads': torch.get_num_threads(),
-                  'decode_threads': decode_threads or torch.get_num_threads()},
-        date=time.strftime('%Y-%m-%dT%H:%M:%S%z'), host=platform.node(), layer_times=layer_times,
-        batch_points=[[int(b), float(k), float(t)] for b, k, t in batch_points],
-        batch_coefficients=batch_fit.as_list() if batch_fit else [])
+        date=time.strftime('%Y-%m-%dT%H:%M:%S%z'), host=platform.node(), **fields)

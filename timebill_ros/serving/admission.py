@@ -88,8 +88,9 @@ class Admission:
 
     def predicts_in_prefill(self, pipeline, request) -> bool:
         """Say whether this goal's length comes from its own prefill's hidden states."""
+        # Not with another engine resident: the engine is chosen before the prefill it runs.
         return (self.config.length_predictor_in_prefill and request.expected_tokens <= 0
-                and isinstance(pipeline.planner, TimeBillPlanner)
+                and isinstance(pipeline.planner, TimeBillPlanner) and not pipeline.planner.engines
                 and getattr(self.server.predictor, 'prefill_layer', 0) > 0)
 
     def _known_length(self, pipeline, request, n_prompt: int, pending: bool) -> int | None:

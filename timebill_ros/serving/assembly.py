@@ -29,6 +29,8 @@ from timebill_ros.runtime.presses import press_for_plan
 from timebill_ros.runtime.profiler import batch_profile, calibrate, fastest_threads, Grid, QUICK
 from timebill_ros.serving import artifacts
 from timebill_ros.serving.artifacts import Log
+from timebill_ros.serving.engine_options import describe_regime, llama_engines, option_profile
+from timebill_ros.serving.resident import ResidentEngines
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class Pipeline:
 
     planner: object
     limits: Limits
-    engine: Engine
+    engine: object  # runtime.engine.Engine, or serving.resident.ResidentEngines over it
     max_batch: int  # goals decoded together (config.max_batch)
     online: OnlineTimingModel | None = None
     online_variants: dict = field(default_factory=dict)
@@ -45,6 +47,8 @@ class Pipeline:
     # Batched decode steps: the profiled model and its online drift. Set exactly when
     # batching is on (max_batch > 1 and a profile, so ``online`` is set too).
     batch: OnlineBatchDrift | None = None
+    # Other resident engines' online ETEs (option -> OnlineTimingModel).
+    online_engines: dict = field(default_factory=dict)
 
 
 def online_model(profile: Profile, config: NodeConfig,
@@ -90,6 +94,8 @@ class Assembly:
         if config.warm_up:
             self.engine().warm_up(press=config.press)
         self.decode_threads = self._decode_threads(probed)
+        self.llama = llama_engines(config, loaded, log)  # option -> LlamaEngine
+        self.online_engines: dict = {}  # option -> its OnlineTimingModel (set by start)
         self.predictor = artifacts.length_predictor(log, config.length_predictor, loaded,
                                                     config.length_predictor_max_tokens)
         self.effects = artifacts.cut_effects(log, config.cut_effects, loaded)
@@ -242,6 +248,12 @@ class Assembly:
     def start(self) -> Pipeline:
         """Use the matching profiles, calibrate when allowed, else plan without an ETE."""
         profile = self._profile_for(self.loaded, self.profile_path)
+        self.online_engines = {}
+        for option, engine in self.llama.items():
+            found = option_profile(self.log, engine, self.loaded,
+                                   self.variant_profile_path(option), self.config)
+            if found is not None:
+                self.online_engines[option] = online_model(found, self.config)
         online_variants = {}
         for precision, variant in self.variants.items():
             found = self._profile_for(variant, self.variant_profile_path(precision))
@@ -341,12 +353,20 @@ class Assembly:
         online = online_model(profile, self.config)
         precisions = {precision: (lambda variant=variant: variant.model)
                       for precision, variant in online_variants.items()}
+        engines = {option: (lambda ete=ete: ete.model)
+                   for option, ete in self.online_engines.items()}
         planner = TimeBillPlanner(
             lambda: online.model, self.predictor, PlannerSettings.from_config(config),
             early_exit=early_exit, precisions=precisions, effects=self.effects,
-            mix=self._mix_from(profile) if self.low_precision in online_variants else None)
+            mix=self._mix_from(profile) if self.low_precision in online_variants else None,
+            engines=engines)
+        if engines:
+            engine = ResidentEngines(engine, {option: self.llama[option] for option in engines})
+        self.log.info(describe_regime(online.model, {p: m() for p, m in precisions.items()},
+                                      {e: m() for e, m in engines.items()}))
         modes = {Mode.AUTO, Mode.NONE, Mode.EVICTION}
         limits = config.limits(modes | {Mode.EARLY_EXIT} if early_exit is not None else modes,
-                               frozenset(online_variants))
+                               frozenset(online_variants) | frozenset(engines))
         return Pipeline(planner, limits, engine, config.max_batch, online,
-                        dict(online_variants), early_exit, self._batch_from(profile))
+                        dict(online_variants), early_exit, self._batch_from(profile),
+                        dict(self.online_engines))

@@ -1,8 +1,10 @@
 """The interface the decode loop drives a model through (a local engine or, later, a remote one).
 
-``runtime.engine.Engine`` is the local torch backend. A backend prefills one prompt
-(today whole; a chunked prefill splits it at this interface), hands out lanes that
-decode several sequences one step at a time, returns logits before the token is
+``runtime.engine.Engine`` is the local torch backend and
+``runtime.llama_engine.LlamaEngine`` a GGUF variant on llama.cpp (``serving.resident``
+routes plans between them). A backend prefills one prompt (whole, or in chunks with an
+interrupt check between them), hands out lanes that decode several sequences one step at a
+time, returns logits before the token is
 picked (so a step hook may mask them), and names the KV operations it offers in
 ``capabilities`` ('evict', 'prefill_decision', 'move', 'early_exit', 'precision',
 'logits'), so the planner and the loop use only what the engine can do.
@@ -49,8 +51,13 @@ class Backend(Protocol):
     clock: Callable[[], float]  # the time of tokens and steps (monotonic seconds)
 
     def prefill(self, prompt_ids: Sequence[int], plan: Plan,
-                decide: PrefillDecision | None = None) -> tuple:
-        """Prefill a prompt under its plan; return (cache, first logits, GenerationStats)."""
+                decide: PrefillDecision | None = None,
+                interrupt: Callable[[], bool] | None = None) -> tuple:
+        """Prefill a prompt under its plan; return (cache, first logits, GenerationStats).
+
+        A prefill in chunks asks ``interrupt()`` between them and raises
+        core.execution.PrefillInterrupted when it says stop.
+        """
 
     def lane_key(self, plan: Plan) -> tuple:
         """Return the lane a plan decodes in."""

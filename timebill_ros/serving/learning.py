@@ -92,6 +92,15 @@ def learn_timing(pipeline, job, result: JobResult) -> tuple:
     if online is None or result.prefill_s <= 0.0:
         return 0.0, 0.0
     n_x = len(job.prompt_ids)
+    own = pipeline.online_engines.get(result.plan.precision)
+    if own is not None:  # another engine: its own ETE learns its prefill and (solo) steps
+        alone = result.batch_peak <= 1
+        estimate = pipeline.planner.estimate_s(result.plan, result.tokens) if alone else 0.0
+        own.observe(n_x, result.prefill_s, result.kv_tokens, result.step_times if alone else ())
+        if not alone:
+            return 0.0, 0.0
+        actual = result.prefill_s + result.decode_s
+        return estimate, (estimate - actual) / actual * 100.0
     if not _modelled_steps(result):
         online.observe(n_x, result.prefill_s, result.kv_tokens, ())  # the prefill still counts
         return 0.0, 0.0

@@ -26,6 +26,9 @@ class GoalRun(Protocol):
     plan: Plan
     closes_batch: bool
 
+    def interrupt(self) -> bool:
+        """Tell whether a chunked prefill must stop before its next chunk."""
+
     def on_token(self, event: TokenEvent) -> bool:
         """Stream a token; return False when the goal stops here."""
 
@@ -168,7 +171,7 @@ class DecodeLoop:
         self._threads.close()  # a prefill runs with the thread's own setting
         self._threads_key = None
         try:
-            cache, logits, stats = backend.prefill(prompt_ids, plan, decide)
+            cache, logits, stats = backend.prefill(prompt_ids, plan, decide, member.run.interrupt)
             member.run.plan = stats.plan
             member.stats, member.text = stats, backend.stream()
             member.lane = backend.lane_key(stats.plan)
@@ -281,6 +284,9 @@ class _CallbackRun:
 
     def token_budget(self, index: int) -> float | None:
         return self._budget(index) if self._budget is not None else None
+
+    def interrupt(self) -> bool:
+        return False
 
     def switch_to(self, index: int, sharing) -> str:
         return self._switch(index) if self._switch is not None else ''

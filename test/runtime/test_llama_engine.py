@@ -1,0 +1,148 @@
+"""llama.cpp engine options on the real library and the embedded GGUF."""
+
+import pytest
+
+from timebill_ros.core.execution import PrefillInterrupted
+from timebill_ros.core.planning import Plan
+from timebill_ros.runtime.llama_engine import (
+    calibrate_llama, gguf_variant, LlamaEngine, LlamaModel, LlamaUnavailable, option_name)
+from timebill_ros.runtime.model import embedded_dir, embedded_gguf, prompt_ids
+from timebill_ros.runtime.profiler import Grid
+from timebill_ros.serving.loop import DecodeLoop, generate, Member
+
+
+@pytest.fixture(scope='module')
+def tokenizer():
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(embedded_dir())
+
+
+@pytest.fixture(scope='module')
+def engine(tokenizer):
+    model = LlamaModel(embedded_gguf(), 2048, 3, 16, 2)
+    yield LlamaEngine(model, option_name('q4_1'), tokenizer, {tokenizer.eos_token_id})
+    model.close()
+
+
+def answer(engine, ids, tokens=24):
+    out = []
+    stats = generate(engine, ids, tokens, Plan(), lambda ev: out.append(ev) or True)
+    return [ev.token_id for ev in out], stats
+
+
+def test_the_gguf_shares_the_tokenizers_vocabulary(engine, tokenizer):
+    import llama_cpp
+    ids = prompt_ids(tokenizer, 'Slow down to 20 km/h near the crossing.')
+    vocab = llama_cpp.llama_model_get_vocab(engine.model._model)
+    assert llama_cpp.llama_vocab_n_tokens(vocab) == tokenizer.vocab_size
+    text = tokenizer.decode(ids)
+    buffer = (llama_cpp.llama_token * 512)()
+    count = llama_cpp.llama_tokenize(vocab, text.encode(), len(text.encode()), buffer, 512,
+                                     False, True)
+    assert list(buffer[:count]) == ids
+
+
+def test_chunked_prefill_gives_the_one_pass_logits(engine, tokenizer):
+    import numpy as np
+    ids = prompt_ids(tokenizer, 'Which lane should the truck take to reach gate 4?',
+                     'Gate 4 is on the left after the second crossing. ' * 4)
+    assert len(ids) > 3 * engine.model.chunk
+    sequence, chunked, stats = engine.prefill(ids, Plan())
+    engine.model.release(sequence.seq_id)
+    whole = LlamaModel(embedded_gguf(), 2048, 1, 512, 2)
+    try:
+        sequence, single, _ = LlamaEngine(whole, 'one-pass', tokenizer,
+                                          engine.eos_ids).prefill(ids, Plan())
+    finally:
+        whole.close()
+    # Same first token; the logits agree up to llama.cpp's quantised kernels, which are
+    # not batch-invariant (Q4_1: chunks of 512 vs 16 moved the top logit by ~0.2 of 33).
+    assert int(chunked.argmax()) == int(single.argmax())
+    assert np.abs(chunked - single).max() < 1.0
+    assert stats.kv_tokens_after_prefill == len(ids) and stats.prefill_s > 0
+
+
+def test_interrupt_stops_between_chunks_and_frees_the_sequence(engine, tokenizer):
+    ids = list(range(1000, 1000 + 5 * engine.model.chunk))
+    asked = []
+
+    def interrupt():
+        asked.append(1)
+        return len(asked) >= 2
+    with pytest.raises(PrefillInterrupted) as raised:
+        engine.prefill(ids, Plan(), None, interrupt)
+    assert raised.value.done == 2 * engine.model.chunk and raised.value.total == len(ids)
+    held = [engine.model.acquire() for _ in range(3)]  # every sequence is free again
+    for seq_id in held:
+        engine.model.release(seq_id)
+    with pytest.raises(RuntimeError, match='in use'):
+        for _ in range(4):
+            held.append(engine.model.acquire())
+    for seq_id in set(held):
+        engine.model.release(seq_id)
+
+
+def test_goals_batched_in_one_lane_keep_their_solo_answers(engine, tokenizer):
+    prompts = [prompt_ids(tokenizer, text) for text in (
+        'Stop the robot.', 'Turn left at the next junction and wait.', 'Report battery level.')]
+    solo = [answer(engine, ids, 12)[0] for ids in prompts]
+    results, waiting = {}, list(enumerate(prompts))
+
+    class Run:
+        plan, closes_batch = Plan(), False
+
+        def __init__(self, key):
+            self.key, self.tokens = key, []
+
+        def interrupt(self):
+            return False
+
+        def on_token(self, event):
+            self.tokens.append(event.token_id)
+            return True
+
+        def token_budget(self, index):
+            return None
+
+        def switch_to(self, index, sharing):
+            return ''
+
+        def finish(self, stats):
+            return self.tokens
+
+        def failed(self, exc):
+            raise exc
+
+    def refill(loop):
+        if not waiting:
+            return False
+        key, ids = waiting.pop(0)
+        run = Run(key)
+        loop.start(Member(str(key), run, 12, lambda tokens, key=key:
+                          results.__setitem__(key, tokens)), ids, Plan())
+        return True
+    loop = DecodeLoop(engine, capacity=3)
+    loop.run(refill)
+    assert [results[k] for k in range(3)] == solo
+    assert len(engine.model._free) == 3  # every sequence's cells were freed
+
+
+def test_a_variant_is_made_once_by_llamas_quantizer(tmp_path, tokenizer):
+    source = embedded_gguf()
+    assert gguf_variant(source, 'q4_1', tmp_path) == source  # the shipped format itself
+    made = gguf_variant(source, 'q8_0', tmp_path)
+    assert made.name.endswith('.Q8_0.gguf') and made.stat().st_size > source.stat().st_size
+    stamp = made.stat().st_mtime_ns
+    assert gguf_variant(source, 'q8_0', tmp_path).stat().st_mtime_ns == stamp
+    with pytest.raises(LlamaUnavailable, match='unknown GGUF format'):
+        gguf_variant(source, 'q3_x', tmp_path)
+
+
+def test_calibration_fits_prefill_and_decode(engine):
+    grid = Grid(prefill_fit=(16, 64, 160), prefill_heldout=(96,), decode_fit=(16, 128, 256),
+                decode_heldout=(64,), repeats=1, decode_steps=3, warmup=0)
+    profile = calibrate_llama(engine, grid, 'SmolLM2')
+    model = profile.timing_model()
+    assert profile.dtype == engine.option and profile.versions['chunk'] == engine.model.chunk
+    assert 0 < model.prefill(16) < model.prefill(160)
+    assert model.step(16) > 0 and profile.heldout['decode_lengths'] == [64]

@@ -1,0 +1,363 @@
+"""llama.cpp as a resident engine: GGUF variants of the model behind the backend interface.
+
+The node's own model is the embedded GGUF dequantised for torch; llama.cpp runs the
+GGUF itself, and variants at other weight formats are made from it by llama.cpp's
+own quantizer (``llama_model_quantize``; from the Q4_1 file, so F16 holds the very
+weights the torch path runs in float32). Each variant is one engine option the
+planner may run a whole goal on (``core.cut_kinds.OtherEngine``): its prompt is
+prefilled in chunks of ``chunk`` tokens with ``interrupt`` asked between them, and
+its answer decodes in a lane whose sequences share one llama.cpp context
+(``n_seq_max`` sequences, one batch per step).
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass
+import ctypes
+from pathlib import Path
+import threading
+import time
+from typing import Callable, Sequence
+
+from timebill_ros.core.config import LLAMA_FORMATS
+from timebill_ros.core.execution import GenerationStats, PrefillInterrupted
+from timebill_ros.runtime.batch import LaneStep
+from timebill_ros.runtime.engine import StreamDecoder
+
+# Engine options are named after the engine and the GGUF weight format.
+PREFIX = 'llama.cpp-'
+# Weight formats a variant may be made at (llama.cpp's file types).
+FORMATS = {name: f'LLAMA_FTYPE_MOSTLY_{name.upper()}' for name in LLAMA_FORMATS}
+_quiet_lock = threading.Lock()
+_quieted: list = []  # the log callback must outlive every model
+
+
+class LlamaUnavailable(RuntimeError):
+    """llama.cpp or a GGUF of the model is not available; the message says why."""
+
+
+def option_name(weight_format: str) -> str:
+    """Return the engine option of a GGUF weight format (e.g. 'llama.cpp-q8_0')."""
+    return PREFIX + weight_format
+
+
+def _llama():
+    try:
+        import llama_cpp
+    except ImportError as exc:  # an optional engine: say how to get it
+        raise LlamaUnavailable('llama-cpp-python is not installed (pip install '
+                               'llama-cpp-python==0.3.36; it builds llama.cpp, ~6 min on '
+                               f'2 cores): {exc}') from exc
+    with _quiet_lock:
+        if not _quieted:  # llama.cpp logs every tensor on load: keep the node's log readable
+            @llama_cpp.llama_log_callback
+            def quiet(level, text, user):
+                pass
+            _quieted.append(quiet)
+            llama_cpp.llama_log_set(quiet, ctypes.c_void_p())
+            llama_cpp.llama_backend_init()
+    return llama_cpp
+
+
+def gguf_variant(source: Path, weight_format: str, root: Path) -> Path:
+    """Return a GGUF of ``source`` at ``weight_format``, made once by llama.cpp's quantizer.
+
+    ``source`` itself when it already has that format (its name ends in it).
+    """
+    if weight_format not in FORMATS:
+        raise LlamaUnavailable(f'unknown GGUF format {weight_format!r} (expected one of '
+                               f'{", ".join(FORMATS)})')
+    stem = source.name[:-len('.gguf')]
+    base = stem.rsplit('.', 1)[0]
+    if stem.lower().endswith('.' + weight_format):
+        return source
+    target = root / 'gguf' / f'{base}.{weight_format.upper()}.gguf'
+    if target.exists():
+        return target
+    llama_cpp = _llama()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + '.partial')
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, FORMATS[weight_format])
+    params.allow_requantize = True  # from the shipped Q4_1 file
+    rc = llama_cpp.llama_model_quantize(str(source).encode(), str(partial).encode(),
+                                        ctypes.byref(params))
+    if rc != 0:
+        partial.unlink(missing_ok=True)
+        raise LlamaUnavailable(f'llama_model_quantize {source} -> {weight_format} failed ({rc})')
+    partial.rename(target)
+    return target
+
+
+@dataclass
+class LlamaSequence:
+    """A prefilled sequence of one llama.cpp context (the lane's 'cache')."""
+
+    seq_id: int
+
+
+class LlamaModel:
+    """One GGUF loaded in llama.cpp with one context of ``sequences`` sequences."""
+
+    def __init__(self, path: Path, context: int, sequences: int, chunk: int, threads: int):
+        """Load ``path``; ``context`` KV cells shared by the sequences (unified cache)."""
+        llama_cpp = self._api = _llama()
+        self.path, self.chunk = Path(path), chunk
+        model_params = llama_cpp.llama_model_default_params()
+        self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), model_params)
+        if not self._model:
+            raise LlamaUnavailable(f'llama.cpp could not load {path}')
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx, params.n_seq_max, params.kv_unified = context, sequences, True
+        params.n_batch = params.n_ubatch = chunk
+        params.n_threads = params.n_threads_batch = threads
+        self._ctx = llama_cpp.llama_init_from_model(self._model, params)
+        if not self._ctx:
+            llama_cpp.llama_model_free(self._model)
+            raise LlamaUnavailable(f'llama.cpp could not make a context for {path}')
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(self._model))
+        self.context = llama_cpp.llama_n_ctx(self._ctx)
+        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._batch = llama_cpp.llama_batch_init(max(chunk, sequences), 0, 1)
+        self._free = list(range(sequences))
+        self._lock = threading.Lock()  # the loop, warm-up and calibration share the context
+
+    def acquire(self) -> int:
+        """Return a free sequence id (RuntimeError when every one is in use)."""
+        with self._lock:
+            if not self._free:
+                raise RuntimeError(f'all {self._api.llama_n_seq_max(self._ctx)} llama.cpp '
+                                   'sequences are in use')
+            return self._free.pop(0)
+
+    def release(self, seq_id: int) -> None:
+        """Drop a sequence's KV cells and free its id."""
+        with self._lock:
+            self._api.llama_memory_seq_rm(self._memory, seq_id, -1, -1)
+            if seq_id not in self._free:
+                self._free.append(seq_id)
+
+    def crop(self, seq_id: int, length: int) -> None:
+        """Keep only a sequence's first ``length`` KV cells."""
+        with self._lock:
+            self._api.llama_memory_seq_rm(self._memory, seq_id, length, -1)
+
+    def decode(self, entries: Sequence[tuple]) -> list:
+        """Run one llama_decode of (token, position, seq id, wants logits) entries.
+
+        Return the logits rows (numpy, float32) of the entries that want them, in order.
+        """
+        import numpy as np
+        api, batch = self._api, self._batch
+        with self._lock:
+            batch.n_tokens = len(entries)
+            for i, (token, position, seq_id, wants) in enumerate(entries):
+                batch.token[i], batch.pos[i] = token, position
+                batch.n_seq_id[i], batch.seq_id[i][0], batch.logits[i] = 1, seq_id, wants
+            status = api.llama_decode(self._ctx, batch)
+            if status != 0:
+                raise RuntimeError(f'llama_decode returned {status} (KV cache full: '
+                                   f'{self.context} cells shared by the sequences)')
+            return [np.ctypeslib.as_array(api.llama_get_logits_ith(self._ctx, i),
+                                          shape=(self.n_vocab,)).copy()
+                    for i, entry in enumerate(entries) if entry[3]]
+
+    def close(self) -> None:
+        """Free the context, batch and model."""
+        with self._lock:
+            if self._ctx:
+                self._api.llama_batch_free(self._batch)
+                self._api.llama_free(self._ctx)
+                self._api.llama_model_free(self._model)
+                self._ctx = None
+
+
+class LlamaLane:
+    """Sequences of one llama.cpp context stepping together (one batch per step)."""
+
+    exclusive = False
+
+    def __init__(self, model: LlamaModel):
+        """Step sequences of ``model``."""
+        self.model = model
+        self._members: dict = {}  # key -> [sequence, next position]
+
+    def __len__(self) -> int:
+        """Count the sequences."""
+        return len(self._members)
+
+    @property
+    def keys(self) -> list:
+        """Return the keys of the sequences."""
+        return list(self._members)
+
+    def cached_tokens(self) -> int:
+        """Return the longest sequence's KV length."""
+        return max((position for _, position in self._members.values()), default=0)
+
+    def join(self, key: str, cache: LlamaSequence, position: int) -> None:
+        """Add a prefilled sequence and the position of its next token."""
+        self._members[key] = [cache, position]
+
+    def take(self, key: str) -> tuple:
+        """Remove a sequence and return (it, next position)."""
+        cache, position = self._members.pop(key)
+        return cache, position
+
+    def leave(self, key: str) -> None:
+        """Remove a sequence and free its KV cells."""
+        cache, _ = self._members.pop(key)
+        self.model.release(cache.seq_id)
+
+    def step(self, feed: dict, budgets: dict | None = None) -> dict:
+        """Feed each sequence its token in one batch; return key -> LaneStep (logits)."""
+        keys = list(feed)
+        entries = [(feed[k], self._members[k][1], self._members[k][0].seq_id, True)
+                   for k in keys]
+        rows = self.model.decode(entries)
+        for k in keys:
+            self._members[k][1] += 1
+        return {k: LaneStep(logits=row) for k, row in zip(keys, rows)}
+
+
+class LlamaEngine:
+    """One GGUF variant as a backend: chunked prefill, batched lanes, greedy picks."""
+
+    capabilities = frozenset({'logits'})
+
+    def __init__(self, model: LlamaModel, option: str, tokenizer, eos_ids,
+                 clock: Callable[[], float] = time.monotonic, tokenizer_lock=None):
+        """Serve ``option`` on ``model``; ``tokenizer`` (the vocabulary it shares) streams."""
+        self.model, self.option, self.clock = model, option, clock
+        self.tokenizer, self.tokenizer_lock = tokenizer, tokenizer_lock
+        self.eos_ids = frozenset(eos_ids)
+
+    def prefill(self, prompt_ids: Sequence[int], plan, decide=None, interrupt=None) -> tuple:
+        """Prefill in chunks, asking ``interrupt()`` between them; return (seq, logits, stats).
+
+        Raise PrefillInterrupted when ``interrupt`` says stop (the sequence is freed).
+        """
+        if decide is not None:
+            raise ValueError(f'{self.option} cannot plan during prefill (no hidden states)')
+        ids, chunk = list(prompt_ids), self.model.chunk
+        seq_id = self.model.acquire()
+        stats = GenerationStats(plan=plan)
+        start = self.clock()
+        try:
+            for begin in range(0, len(ids), chunk):
+                if begin and interrupt is not None and interrupt():
+                    raise PrefillInterrupted(begin, len(ids))
+                part = ids[begin:begin + chunk]
+                last = begin + len(part) == len(ids)
+                rows = self.model.decode([(token, begin + i, seq_id, last and i == len(part) - 1)
+                                          for i, token in enumerate(part)])
+        except BaseException:
+            self.model.release(seq_id)
+            raise
+        stats.prefill_s = self.clock() - start
+        stats.kv_tokens_after_prefill = len(ids)
+        return LlamaSequence(seq_id), rows[-1], stats
+
+    def lane_key(self, plan) -> tuple:
+        """Return this option's lane."""
+        return (self.option,)
+
+    def lane(self, key: tuple) -> LlamaLane:
+        """Return a new lane on this option's context."""
+        return LlamaLane(self.model)
+
+    def threads(self, key: tuple):
+        """Return no thread setting: llama.cpp runs its own threads (``threads``)."""
+        return nullcontext()
+
+    def pick(self, logits) -> int:
+        """Return the greedy token of a logits row."""
+        return int(logits.argmax())
+
+    def stream(self) -> StreamDecoder:
+        """Return a text stream for one answer (the shared vocabulary's tokenizer)."""
+        return StreamDecoder(self.tokenizer, self.tokenizer_lock)
+
+    def warm_up(self, tokens: int = 4) -> None:
+        """Prefill a few tokens and step a few times (first-call costs off the first goal)."""
+        sequence, logits, _ = self.prefill([1, 2, 3, 4, 5, 6, 7, 8], None)
+        lane = self.lane((self.option,))
+        lane.join('warm-up', sequence, 8)
+        token = self.pick(logits)
+        for _ in range(tokens - 1):
+            token = self.pick(lane.step({'warm-up': token})['warm-up'].logits)
+        lane.leave('warm-up')
+
+
+def _ids(n: int, seed: int) -> list:
+    import numpy as np
+    # Ordinary ids from the middle of the vocabulary: timing depends on the length only.
+    return np.random.default_rng(seed).integers(5000, 45000, n).tolist()
+
+
+def time_prefill(engine: LlamaEngine, lengths: Sequence[int], repeats: int,
+                 warmup: int = 1) -> dict:
+    """Return {n: median seconds of a chunked prefill of n tokens}, lengths round-robin."""
+    import statistics
+    prompts = {n: _ids(n, n) for n in lengths}
+    times: dict = {n: [] for n in lengths}
+    for r in range(warmup + repeats):
+        for n in lengths:
+            sequence, _, stats = engine.prefill(prompts[n], None)
+            engine.model.release(sequence.seq_id)
+            if r >= warmup:
+                times[n].append(stats.prefill_s)
+    return {n: statistics.median(ts) for n, ts in times.items()}
+
+
+def time_decode(engine: LlamaEngine, lengths: Sequence[int], steps: int, repeats: int) -> dict:
+    """Return {n: (median step s, mean KV)} for decode steps starting at KV length n."""
+    import statistics
+    longest = max(lengths)
+    sequence, logits, _ = engine.prefill(_ids(longest, 7), None)
+    model, seq_id = engine.model, sequence.seq_id
+    result = {}
+    try:
+        for n in sorted(lengths, reverse=True):
+            samples = []
+            for _ in range(repeats):
+                model.crop(seq_id, n)
+                token = 100
+                for j in range(steps):
+                    t0 = time.monotonic()
+                    token = int(model.decode([(token, n + j, seq_id, True)])[0].argmax())
+                    samples.append(time.monotonic() - t0)
+            result[n] = (statistics.median(samples), n + (steps - 1) / 2.0)
+    finally:
+        model.release(seq_id)
+    return result
+
+
+def llama_grid(quick: bool):
+    """Return the calibration grid of an option: llama.cpp's times vary little run to run.
+
+    Quick: one timed pass after the warm-up, prompts up to 1,536 tokens (~15 s an option on
+    a 2-core VM); otherwise the torch grid.
+    """
+    from timebill_ros.runtime.profiler import Grid
+    if not quick:
+        return Grid()
+    return Grid(prefill_fit=(32, 256, 768, 1536), prefill_heldout=(512,),
+                decode_fit=(16, 768, 1536), decode_heldout=(512,), repeats=1,
+                decode_steps=6, warmup=0)
+
+
+def calibrate_llama(engine: LlamaEngine, grid, name: str) -> object:
+    """Measure one option's chunked prefill and decode steps; return its fitted Profile."""
+    import platform
+    from timebill_ros.runtime.profiler import fitted_profile
+    prefill = time_prefill(engine, (*grid.prefill_fit, *grid.prefill_heldout), grid.repeats,
+                           grid.warmup)
+    decode = time_decode(engine, (*grid.decode_fit, *grid.decode_heldout), grid.decode_steps,
+                         grid.repeats)
+    import llama_cpp
+    return fitted_profile(prefill, decode, grid, model=name, device='cpu', dtype=engine.option,
+                          versions={'llama_cpp': llama_cpp.__version__,
+                                    'python': platform.python_version(),
+                                    'chunk': engine.model.chunk, 'gguf': engine.model.path.name})

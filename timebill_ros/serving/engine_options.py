@@ -1,0 +1,94 @@
+"""Other resident engines as planning options: llama.cpp variants of the model, profiled.
+
+Each option (``llama_engines``: a GGUF weight format) is a LlamaEngine with its own
+execution-time profile (calibrated once, then stored beside the main profile like a
+resident precision's) and its own online ETE. The planner weighs them against the
+torch cuts with the fidelity rows of ``cut_effects``; the node logs how fast each is
+here, so the regime the machine is in (which engine wins which goals) is visible.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from timebill_ros.core.profile import Profile
+from timebill_ros.runtime.llama_engine import (
+    calibrate_llama, gguf_variant, llama_grid, LlamaEngine, LlamaModel, LlamaUnavailable,
+    option_name)
+from timebill_ros.runtime.model import cache_root, EMBEDDED_NAME, embedded_gguf
+from timebill_ros.serving import artifacts
+from timebill_ros.serving.artifacts import Log
+
+
+def llama_engines(config, loaded, log: Log) -> dict:
+    """Return {option: LlamaEngine} for ``config.llama_formats()`` ({} when off or unusable).
+
+    Only the embedded model has a GGUF; any other model, or a missing llama-cpp-python,
+    leaves the node on its torch path with a warning.
+    """
+    formats = config.llama_formats()
+    if not formats:
+        return {}
+    if loaded.name != EMBEDDED_NAME or loaded.device != 'cpu':
+        log.warning(f'llama_engines {config.llama_engines!r} ignored: llama.cpp options need '
+                    f'the embedded model on cpu (this is {loaded.name} on {loaded.device})')
+        return {}
+    threads = config.llama_threads or None
+    engines = {}
+    try:
+        for weight_format in formats:
+            option = option_name(weight_format)
+            path = gguf_variant(embedded_gguf(), weight_format, cache_root())
+            model = LlamaModel(path, config.llama_context, max(1, config.max_batch),
+                               config.llama_chunk, threads or _cores())
+            engines[option] = LlamaEngine(model, option, loaded.tokenizer, loaded.eos_ids,
+                                          tokenizer_lock=loaded.tokenizer_lock)
+            if config.warm_up:
+                engines[option].warm_up()
+    except LlamaUnavailable as exc:
+        log.warning(f'llama_engines {config.llama_engines!r} unavailable: {exc}')
+        for engine in engines.values():
+            engine.model.close()
+        return {}
+    return engines
+
+
+def _cores() -> int:
+    import os
+    return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+
+
+def option_profile(log: Log, engine: LlamaEngine, loaded, path: Path, config) -> Profile | None:
+    """Return the option's stored profile, or calibrate it now (None when not allowed)."""
+    made_for = SimpleNamespace(name=loaded.name, device='cpu', dtype=engine.option)
+    profile = artifacts.stored_profile(log, path, made_for, 0, False)
+    if profile is not None or not config.calibrate_on_start:
+        return profile
+    log.info(f'no {engine.option} execution-time profile: calibrating (one-off)')
+    profile = calibrate_llama(engine, llama_grid(config.calibration_quick), loaded.name)
+    try:
+        profile.save(path)
+    except OSError as exc:
+        log.warning(f'cannot save the profile to {path}: {exc}')
+    return profile
+
+
+def describe_regime(main, precisions: dict, engines: dict, prompt: int = 64,
+                    answer: int = 32) -> str:
+    """Return how fast each resident option is here and which one a short command favours.
+
+    ``main``: the torch ETE; ``precisions``: {name: TimingModel} of resident copies (they
+    decode after the main model's prefill); ``engines``: {name: TimingModel} of other
+    engines (whole goals). Times are for a ``prompt``-token command, ``answer`` tokens.
+    """
+    rows = {'torch': (main.wcet(prompt, 0.0, answer), main.step(prompt))}
+    rows.update({name: (main.prefill(prompt) + model.decode(prompt, answer), model.step(prompt))
+                 for name, model in precisions.items()})
+    rows.update({name: (model.wcet(prompt, 0.0, answer), model.step(prompt))
+                 for name, model in engines.items()})
+    fastest = min(rows, key=lambda name: rows[name][0])
+    parts = ', '.join(f'{name} {seconds:.2f} s (step {1e3 * step:.1f} ms)'
+                      for name, (seconds, step) in rows.items())
+    return (f'resident options for a {prompt}-token command with a {answer}-token answer: '
+            f'{parts}; fastest here: {fastest}')
