@@ -58,6 +58,34 @@ def bare_loop(loaded, ids, max_new: int) -> tuple:
     return tokens, t1 - t0, t2 - t1
 
 
+def bare_llama_loop(llm, ids, max_new: int) -> tuple:
+    """Greedy decode with llama-cpp-python's own loop; return (tokens, prefill_s, decode_s)."""
+    llm.reset()
+    times = [time.monotonic()]
+    eos = llm.token_eos()
+    for token in llm.generate(list(ids), top_k=1, temp=0.0, reset=True):
+        times.append(time.monotonic())
+        if token == eos or len(times) - 1 >= max_new:
+            break
+    return len(times) - 1, times[1] - times[0], times[-1] - times[1]
+
+
+def option_name(weight_format: str) -> str:
+    """Return the node's name of a llama.cpp option."""
+    from timebill_ros.runtime.llama_engine import option_name as name
+    return name(weight_format)
+
+
+def llama_loop(weight_format: str):
+    """Return a bare-loop function on llama-cpp-python's own Llama for one GGUF format."""
+    from llama_cpp import Llama
+    from timebill_ros.runtime.llama_engine import gguf_variant
+    from timebill_ros.runtime.model import cache_root, embedded_gguf
+    llm = Llama(str(gguf_variant(embedded_gguf(), weight_format, cache_root())), n_ctx=2048,
+                n_threads=os.cpu_count(), verbose=False)
+    return lambda _loaded, ids, max_new: bare_llama_loop(llm, ids, max_new)
+
+
 def node_start_time(cache_dir: str | None) -> float:
     """Start the node (optionally on an empty model cache) and time until it is ready."""
     env = dict(os.environ)
@@ -84,6 +112,9 @@ def main(argv=None) -> int:
     parser.add_argument('--device', default='cpu', choices=('cpu', 'cuda', 'auto'))
     parser.add_argument('--no-start-times', action='store_true',
                         help='skip the cold and warm node start timings (device checks)')
+    parser.add_argument('--engine', default='', help='a llama.cpp GGUF format (e.g. q4_1): '
+                        "compare the node's goals pinned to that option with llama-cpp-python's "
+                        'own generation loop on the same GGUF')
     parser.add_argument('--out', default=os.path.join(ROOT, 'results', 'bench_overhead.json'))
     args = parser.parse_args(argv)
 
@@ -91,7 +122,9 @@ def main(argv=None) -> int:
     loaded = load_model('embedded', args.device)
     prompts = [prompt_ids(loaded.tokenizer, p) for p in PROMPTS]
     device = loaded.device
-    bare_loop(loaded, prompts[0], 8)  # warm up like the node does
+    option, decode = (option_name(args.engine), llama_loop(args.engine)) if args.engine \
+        else ('', bare_loop)
+    decode(loaded, prompts[0], 8)  # warm up like the node does
     bare = {'tokens': 0, 'decode_s': 0.0, 'steps': 0}
 
     from timebill_ros.cli.demo import start_node
@@ -109,13 +142,17 @@ def main(argv=None) -> int:
         # so a drift of this shared VM's speed lands on both sides alike.
         for _ in range(args.repeats):
             for text, ids in zip(PROMPTS, prompts):
-                tokens, _, decode = bare_loop(loaded, ids, args.max_new_tokens)
+                tokens, _, decode_s = decode(loaded, ids, args.max_new_tokens)
                 bare['tokens'] += tokens
                 bare['steps'] += tokens - 1
-                bare['decode_s'] += decode
+                bare['decode_s'] += decode_s
                 arrivals = []
-                run = client.ask(make_goal(text, 300.0, max_new_tokens=args.max_new_tokens),
-                                 600, lambda f: arrivals.append(time.monotonic()))
+                # A pinned option runs MODE_NONE with the cap as its expected length, so
+                # no length predictor runs before it.
+                goal = make_goal(text, 300.0, max_new_tokens=args.max_new_tokens,
+                                 precision=option,
+                                 expected_tokens=args.max_new_tokens if option else 0)
+                run = client.ask(goal, 600, lambda f: arrivals.append(time.monotonic()))
                 res = run.result
                 via['tokens'] += res.tokens
                 via['steps'] += res.tokens - 1
@@ -141,7 +178,8 @@ def main(argv=None) -> int:
     report = {
         'machine': f'{platform.node()} {platform.machine()} {os.cpu_count()} cpus',
         'date': time.strftime('%Y-%m-%d'),
-        'model': f'SmolLM2-135M-Instruct (embedded, float32, {device})',
+        'model': f'SmolLM2-135M-Instruct (embedded, {option or "float32"}, {device})',
+        'bare_loop': "llama-cpp-python's Llama.generate" if option else 'transformers',
         'prompts': len(PROMPTS) * args.repeats, 'max_new_tokens': args.max_new_tokens,
         'bare_tokens': bare['tokens'], 'node_tokens': via['tokens'],
         'bare_tpot_ms': 1000 * bare_tpot, 'node_tpot_ms': 1000 * node_tpot,

@@ -16,7 +16,8 @@ import time
 from timebill_ros.core.deadline import closes_batch, DeadlineClock
 from timebill_ros.core.execution import PrefillDecision
 from timebill_ros.core.planning import PENDING, Plan, TimeBillPlanner
-from timebill_ros.core.request import check_prompt_fits, OverrunPolicy, Rejection, validate
+from timebill_ros.core.request import (
+    check_prompt_fits, Mode, OverrunPolicy, Rejection, validate)
 from timebill_ros.core.scheduling import slot_starts
 from timebill_ros.runtime.model import prompt_ids
 from timebill_ros.serving.jobs import Job
@@ -88,9 +89,9 @@ class Admission:
 
     def predicts_in_prefill(self, pipeline, request) -> bool:
         """Say whether this goal's length comes from its own prefill's hidden states."""
-        # Not with another engine resident: the engine is chosen before the prefill it runs.
         return (self.config.length_predictor_in_prefill and request.expected_tokens <= 0
-                and isinstance(pipeline.planner, TimeBillPlanner) and not pipeline.planner.engines
+                and isinstance(pipeline.planner, TimeBillPlanner)
+                and on_torch_for_sure(pipeline.planner, request)
                 and getattr(self.server.predictor, 'prefill_layer', 0) > 0)
 
     def _known_length(self, pipeline, request, n_prompt: int, pending: bool) -> int | None:
@@ -295,6 +296,17 @@ class Admission:
         if not self.config.idle_best_effort or request.policy != OverrunPolicy.KILL:
             return False
         return self.server.dispatch.waiting() == 0
+
+
+def on_torch_for_sure(planner, request) -> bool:
+    """Tell whether a goal runs on the torch engine whatever its length (its prefill may plan).
+
+    With another engine resident, an AUTO goal free to use it is planned before its
+    prefill, which runs on the engine chosen; a goal pinned to that engine too.
+    """
+    if request.precision in planner.engines:
+        return False
+    return not planner.engines or request.mode != Mode.AUTO or bool(request.precision)
 
 
 def noted(plan: Plan, text: str) -> Plan:

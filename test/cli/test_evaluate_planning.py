@@ -1,0 +1,71 @@
+"""The trace-driven evaluator replays fixed choices and the node's planner on traces."""
+
+import pytest
+
+from timebill_ros.cli import evaluate_planning as ev
+from timebill_ros.evaluation import robot_workload
+
+ITEMS = [item.id for item in robot_workload.load('test')[:2]]
+# Profiles as the node stores them (float32 ~85 ms a step, llama.cpp ~8 ms).
+PROFILES = {
+    'SmolLM2-135M-Instruct-cpu-float32': {'coefficients': dict(a=0, b=0.003, c=0.2, p=0,
+                                                               q=0.085)},
+    'SmolLM2-135M-Instruct-cpu-int8-weight': {'coefficients': dict(a=0, b=0.003, c=0.2, p=0,
+                                                                   q=0.06)},
+    'SmolLM2-135M-Instruct-cpu-llama.cpp-q4_1': {'coefficients': dict(a=0, b=0.0016, c=0.01,
+                                                                      p=0, q=0.008)},
+}
+
+
+def trace(item, strategy, prefill, step, tokens, text, predicted=0):
+    return {'item': item, 'strategy': strategy, 'outcome': 'COMPLETED', 'tokens': tokens,
+            'prefill_s': prefill, 'decode_s': step * (tokens - 1), 'admission_s': 0.0,
+            'e2e_s': prefill + step * (tokens - 1), 'text': text, 'prompt_tokens': 40,
+            'predicted': predicted}
+
+
+def report():
+    traces = []
+    for item in ITEMS:
+        traces += [trace(item, 'float32', 0.3, 0.085, 21, 'turn left at gate four'),
+                   trace(item, 'int8-weight', 0.3, 0.06, 25, 'turn left at the gate'),
+                   trace(item, 'llama.cpp-q4_1 + Kill', 0.07, 0.008, 21, 'turn left at gate'),
+                   trace(item, 'llama.cpp-q4_1', 0.07, 0.008, 21, 'turn left at gate'),
+                   {**trace(item, 'AUTO', 0.07, 0.008, 21, 'turn left at gate', 20),
+                    'admission_s': 0.12}]
+    strategies = ['float32', 'int8-weight', 'llama.cpp-q4_1 + Kill', 'AUTO']
+    return {'traces': traces, 'profiles': PROFILES, 'tiers': ['0.3x', '1x', '20s'],
+            'strategies': strategies, 'max_new_tokens': 64, 'items': 2, 'date': 'today',
+            'command': 'bench', 'commit': 'abc', 'machine': 'here',
+            'table': {tier: {s: {'met': 0, 'goals': 2} for s in strategies}
+                      for tier in ['0.3x', '1x', '20s']}}
+
+
+def test_fixed_choices_meet_a_budget_when_their_trace_ends_by_it():
+    evaluation = ev.evaluate(report())
+    amd = evaluation['machines']['amd-epyc-2c']['tiers']
+    # float32 takes 2.0 s: met at 1x and 5 s, not at 0.3x (0.6 s); llama.cpp (0.23 s) always.
+    assert [amd[t]['float32']['met'] for t in ('0.3x', '1x', '20s')] == [0, 2, 2]
+    assert all(amd[t]['llama.cpp-q4_1 + Kill']['met'] == 2 for t in amd)
+    assert amd['1x']['float32']['f1_met'] == pytest.approx(1.0)
+    assert amd['1x']['llama.cpp-q4_1 + Kill']['f1_met'] < 1.0
+
+
+def test_auto_is_the_nodes_planner_choosing_among_the_options():
+    evaluation = ev.evaluate(report())
+    amd = evaluation['machines']['amd-epyc-2c']['tiers']
+    assert amd['0.3x']['AUTO']['choices'] == {'llama.cpp-q4_1': 2}  # only it fits
+    assert amd['20s']['AUTO']['choices'] == {'float32': 2}  # full fidelity fits
+    assert amd['0.3x']['AUTO']['met'] == 2
+    # The node measured nothing met: every cell's gap is the predicted rate.
+    assert evaluation['gap_points']['20s']['float32'] == pytest.approx(100.0)
+
+
+def test_machine_profiles_scale_the_traces_and_drop_what_a_machine_cannot_run():
+    evaluation = ev.evaluate(report())
+    orin = evaluation['machines']['jetson-orin-nano']['tiers']
+    assert orin['20s']['int8-weight']['met'] == 0  # no int8 CPU kernels there
+    intel = evaluation['machines']['intel-xeon-2c']['tiers']
+    assert intel['1x']['float32']['met'] == 2
+    text = ev.markdown(report(), evaluation)
+    assert '## jetson-orin-nano' in text and 'published' in text

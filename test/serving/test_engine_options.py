@@ -1,0 +1,36 @@
+"""Engine options: the start-up regime line, and which goals may plan in their prefill."""
+
+from timebill_ros.core.request import Mode, OverrunPolicy, Request
+from timebill_ros.core.timing import TimingModel
+from timebill_ros.serving.admission import on_torch_for_sure
+from timebill_ros.serving.engine_options import describe_regime
+
+TORCH = TimingModel(0.0, 0.003, 0.2, 0.0, 0.085)
+INT8 = TimingModel(0.0, 0.003, 0.2, 0.0, 0.06)
+LLAMA = TimingModel(0.0, 0.0016, 0.01, 0.0, 0.008)
+
+
+def test_the_regime_line_times_every_option_and_names_the_fastest():
+    line = describe_regime(TORCH, {'int8-weight': INT8}, {'llama.cpp-q4_1': LLAMA})
+    assert 'torch 3.03 s (step 85.0 ms)' in line  # 0.2 + 0.192 prefill + 31 x 85 ms
+    assert 'int8-weight 2.25 s' in line  # the torch prefill, then int8 steps
+    assert 'llama.cpp-q4_1 0.36 s (step 8.0 ms)' in line
+    assert line.endswith('fastest here: llama.cpp-q4_1')
+
+
+class Planner:
+    def __init__(self, engines):
+        self.engines = engines
+
+
+def goal(mode=Mode.AUTO, precision=''):
+    return Request('q', '', 1.0, OverrunPolicy.KILL, mode, 16, 1.0, precision=precision)
+
+
+def test_only_goals_bound_to_torch_plan_in_their_prefill_when_an_engine_is_resident():
+    with_engine, without = Planner({'llama.cpp-q4_1': None}), Planner({})
+    assert on_torch_for_sure(without, goal())
+    assert not on_torch_for_sure(with_engine, goal())  # AUTO may pick the engine
+    assert on_torch_for_sure(with_engine, goal(Mode.NONE))
+    assert on_torch_for_sure(with_engine, goal(Mode.AUTO, 'int8-weight'))
+    assert not on_torch_for_sure(with_engine, goal(Mode.NONE, 'llama.cpp-q4_1'))
