@@ -18,7 +18,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def start_node(params_file: str, extra: list, timeout_s: float = 300.0) -> subprocess.Popen:
+def start_node(params_file: str, extra: list, timeout_s: float = 900.0) -> subprocess.Popen:
     """Start the node process and wait until it logs that it is ready."""
     args = [sys.executable, '-m', 'timebill_ros.ros.node', '--ros-args',
             '--params-file', params_file, *extra]

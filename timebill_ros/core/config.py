@@ -126,7 +126,7 @@ PARAMS = (
           "with torch's default (the fewest within 5 % of the fastest); 0: torch default; "
           'n: n threads. The best count depends on the CPU: int8 steps on one 2-core VM ran '
           '19 ms on 1 thread and 30 ms on 2, on another 39 ms and 24 ms.', -1, 256),
-    Param('llama_engines', 'f16,q8_0,q4_1', 'GGUF weight formats of the model that stay '
+    Param('llama_engines', 'f16,q4_1', 'GGUF weight formats of the model that stay '
           'resident on llama.cpp as engine options: MODE_AUTO may run a whole goal on one '
           '(prefill and decode) when its profiled time and measured fidelity beat the torch '
           "cuts, and a goal may pin one as its precision ('llama.cpp-<format>'). Formats: "
@@ -216,7 +216,7 @@ class NodeConfig:
     precision_mix: str = ''
     cut_effects: str = 'shipped'
     decode_threads: int = -1
-    llama_engines: str = 'f16,q8_0,q4_1'
+    llama_engines: str = 'f16,q4_1'
     llama_threads: int = 0
     llama_chunk: int = 64
     llama_context: int = 8192

@@ -268,7 +268,7 @@ class LlamaEngine:
         return LlamaLane(self.model)
 
     def threads(self, key: tuple):
-        """Return no thread setting: llama.cpp runs its own threads (``threads``)."""
+        """Return no thread setting: llama.cpp runs its own pool (``llama_threads``)."""
         return nullcontext()
 
     def pick(self, logits) -> int:

@@ -23,7 +23,7 @@ class ResidentEngines:
 
     @property
     def capabilities(self) -> frozenset:
-        """Return the main engine's capabilities (the planner keeps others to their own)."""
+        """Return what the main engine can do (the planner keeps other engines to theirs)."""
         return self.main.capabilities
 
     @property
