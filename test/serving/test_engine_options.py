@@ -15,7 +15,10 @@ def test_the_regime_line_times_every_option_and_names_the_fastest():
     assert 'torch 3.03 s (step 85.0 ms)' in line  # 0.2 + 0.192 prefill + 31 x 85 ms
     assert 'int8-weight 2.25 s' in line  # the torch prefill, then int8 steps
     assert 'llama.cpp-q4_1 0.36 s (step 8.0 ms)' in line
-    assert line.endswith('fastest here: llama.cpp-q4_1')
+    assert 'fastest here: llama.cpp-q4_1; another engine prefills faster' in line
+    slow_prefill = TimingModel(2e-6, 0.0016, 0.01, 0.0, 0.008)  # quadratic: loses long prompts
+    line = describe_regime(TORCH, {}, {'llama.cpp-f16': slow_prefill})
+    assert line.endswith('the torch prefill is the fastest from about 832 prompt tokens')
 
 
 class Planner:

@@ -69,14 +69,18 @@ class Nodes:
         from timebill_ros.tools.client import InstructClient
         from timebill_ros.tools.process import NodeProcess
         self.nodes, self.clients, self.cap = {}, {}, max_new_tokens
-        for name, (namespace, extra) in NODES.items():
-            log(f'starting node {name} ({namespace}) ...')
-            self.nodes[name] = NodeProcess({**shipped_params(), **extra}, ready_timeout=900,
-                                           namespace=namespace)
-            client = InstructClient(f'{namespace}/timebill/instruct', f'engines_bench_{name}',
-                                    f'{namespace}/timebill/responses')
-            client.wait_for_server(60)
-            self.clients[name] = client
+        try:
+            for name, (namespace, extra) in NODES.items():
+                log(f'starting node {name} ({namespace}) ...')
+                self.nodes[name] = NodeProcess({**shipped_params(), **extra},
+                                               ready_timeout=900, namespace=namespace)
+                self.clients[name] = InstructClient(
+                    f'{namespace}/timebill/instruct', f'engines_bench_{name}',
+                    f'{namespace}/timebill/responses')
+                self.clients[name].wait_for_server(60)
+        except BaseException:
+            self.stop()  # no node outlives a failed start
+            raise
 
     def stop(self) -> None:
         """Close the clients and stop the nodes."""
@@ -189,9 +193,11 @@ def main(argv=None) -> int:
     started, log = time.monotonic(), stamped_log()
     items = robot_workload.load(args.split)
     items = items[::max(1, len(items) // args.items)][:args.items]
-    nodes = Nodes(log, args.max_new_tokens)
-    records, traces = [], []
+    import rclpy
+    rclpy.init()
+    records, traces, nodes = [], [], None
     try:
+        nodes = Nodes(log, args.max_new_tokens)
         for number, item in enumerate(items):
             for strategy in _rotated(number) + list(TRACE_ONLY):
                 traces.append(nodes.run(strategy, item, args.loose))
@@ -206,7 +212,10 @@ def main(argv=None) -> int:
                                     'tier': tier})
             log(f'tier {tier} done')
     finally:
-        nodes.stop()
+        if nodes is not None:
+            nodes.stop()
+        rclpy.try_shutdown()
+        (out / 'partial.json').write_text(json.dumps({'traces': traces, 'records': records}))
     references = {t['item']: t['text'] for t in traces if t['strategy'] == 'float32'}
     table = summarise(records, references)
     report = {

@@ -91,4 +91,14 @@ def describe_regime(main, precisions: dict, engines: dict, prompt: int = 64,
     parts = ', '.join(f'{name} {seconds:.2f} s (step {1e3 * step:.1f} ms)'
                       for name, (seconds, step) in rows.items())
     return (f'resident options for a {prompt}-token command with a {answer}-token answer: '
-            f'{parts}; fastest here: {fastest}')
+            f'{parts}; fastest here: {fastest}{_prefill_regime(main, engines)}')
+
+
+def _prefill_regime(main, engines: dict, longest: int = 8192) -> str:
+    """Return where the torch prefill overtakes every other engine's ('' without engines)."""
+    if not engines:
+        return ''
+    for n in range(64, longest + 1, 64):
+        if all(main.prefill(n) < model.prefill(n) for model in engines.values()):
+            return f'; the torch prefill is the fastest from about {n} prompt tokens'
+    return f'; another engine prefills faster than torch up to {longest} prompt tokens'
