@@ -19,7 +19,7 @@ PROFILES = {
 
 def trace(item, strategy, prefill, step, tokens, text, predicted=0):
     return {'item': item, 'strategy': strategy, 'outcome': 'COMPLETED', 'tokens': tokens,
-            'prefill_s': prefill, 'decode_s': step * (tokens - 1), 'admission_s': 0.0,
+            'prefill_s': prefill, 'decode_s': step * (tokens - 1), 'queue_s': 0.0,
             'e2e_s': prefill + step * (tokens - 1), 'text': text, 'prompt_tokens': 40,
             'predicted': predicted}
 
@@ -32,11 +32,11 @@ def report():
                    trace(item, 'llama.cpp-q4_1 + Kill', 0.07, 0.008, 21, 'turn left at gate'),
                    trace(item, 'llama.cpp-q4_1', 0.07, 0.008, 21, 'turn left at gate'),
                    {**trace(item, 'AUTO', 0.07, 0.008, 21, 'turn left at gate', 20),
-                    'admission_s': 0.12}]
+                    'queue_s': 0.12}]
     strategies = ['float32', 'int8-weight', 'llama.cpp-q4_1 + Kill', 'AUTO']
     return {'traces': traces, 'profiles': PROFILES, 'tiers': ['0.3x', '1x', '20s'],
             'strategies': strategies, 'max_new_tokens': 64, 'items': 2, 'date': 'today',
-            'command': 'bench', 'commit': 'abc', 'machine': 'here',
+            'command': 'bench', 'commit': 'abc', 'machine': 'here', 'records': [],
             'table': {tier: {s: {'met': 0, 'goals': 2} for s in strategies}
                       for tier in ['0.3x', '1x', '20s']}}
 
@@ -69,3 +69,9 @@ def test_machine_profiles_scale_the_traces_and_drop_what_a_machine_cannot_run():
     assert intel['1x']['float32']['met'] == 2
     text = ev.markdown(report(), evaluation)
     assert '## jetson-orin-nano' in text and 'published' in text
+
+
+def test_reruns_jitter_turns_a_time_into_a_share_of_runs_that_meet():
+    assert ev.met_share(1.0, 1.1, [0.9, 1.0, 1.2]) == pytest.approx(2 / 3)
+    assert ev.met_share(1.0, 0.5, [0.9, 1.0, 1.2]) == 0.0
+    assert ev.met_share(1.0, 1.0, []) == 1.0  # no reruns: the trace's own time

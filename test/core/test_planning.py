@@ -244,8 +244,16 @@ def test_auto_decodes_at_lower_precision_only_when_it_is_worth_more():
     request = req(Mode.AUTO, max_new=128)
     # Predicted 40 (true 40..120). 7 s fits every answer at full precision.
     assert planner.plan(request, 45, 7.0).precision == ''
-    # 5 s fits ~99 tokens: P(fit) ~0.74 x 1.0 beats int8's 0.9 (capped) x 0.4.
-    plan = planner.plan(request, 45, 5.0)
+    # 5 s fits ~99 tokens: P(fit) ~0.74 at full precision, int8's 0.9 (capped) is surer:
+    # full precision switching to int8 in time (as sure, more faithful) wins; a
+    # tolerance of 1 lets every likely cut compete on fidelity.
+    surer = planner.plan(request, 45, 5.0)
+    assert surer.precision == '' and surer.fallback.precision == 'int8-dynamic'
+    assert surer.fit_probability > 0.9
+    faithful = make_planner(lambda: SHORT, Calibrated(40), min_cut_saving=0.05,
+                            fit_tolerance=1.0, precisions={'int8-dynamic': lambda: INT8},
+                            effects=effects)
+    plan = faithful.plan(request, 45, 5.0)
     assert plan.precision == '' and 0.6 < plan.fit_probability < 0.9
     # 2 s fits 39 full-precision tokens (no chance) but ~97 int8 ones.
     plan = planner.plan(request, 45, 2.0)
@@ -290,12 +298,17 @@ def test_a_cut_that_lengthens_answers_is_judged_on_its_longer_answers():
     budget = steep.wcet(3000, 0.5, 120)
     harmless = make_planner(lambda: steep, Calibrated(40)).plan(request, 3000, budget)
     assert harmless.eviction_ratio > 0.0 and harmless.fit_probability == 1.0
-    # Measured: evicted answers run 2x longer and keep 60 % fidelity. The evicted
-    # answer's chance to fit drops, and the full model's partial chance is worth more.
+    # Measured: evicted answers run 2x longer and keep 60 % fidelity. Judged on its
+    # longer answers the evicted cut still fits more surely than the full model (P 0.71)
+    # and runs; a tolerance of 1 keeps the full model, whose chance is likely enough.
     effects = CutEffects(eviction_ratios=(0.5, 0.95),
                          eviction=(CutEffect(2.0, 0.6), CutEffect(2.0, 0.3)))
-    plan = make_planner(lambda: steep, Calibrated(40), effects=effects).plan(
+    surest = make_planner(lambda: steep, Calibrated(40), effects=effects).plan(
         request, 3000, budget)
+    assert surest.eviction_ratio > 0.0 and surest.fit_probability > 0.71
+    assert surest.worst_case_tokens > harmless.worst_case_tokens  # planned 2x longer
+    plan = make_planner(lambda: steep, Calibrated(40), effects=effects,
+                        fit_tolerance=1.0).plan(request, 3000, budget)
     assert plan.eviction_ratio == 0.0 and 0.5 < plan.fit_probability < 0.9
     assert plan.est_wcet_s == pytest.approx(steep.wcet(3000, 0.0, plan.worst_case_tokens))
 

@@ -90,6 +90,15 @@ PARAMS = (
           'left is below this; the default refuses only goals with no chance (not even the '
           'first token fits); 0 never rejects on a prediction, 0.9 is fail-fast.',
           0.0, 1.0),
+    Param('fit_tolerance', 0.02, "MODE_AUTO's choice among cuts and engines: those whose "
+          'P(answer fits) is within this of the surest one (each counted up to '
+          'plan_quantile) compete on measured fidelity; the others are left out. 0: the '
+          'surest always wins; 1: the most faithful likely one wins.', 0.0, 1.0),
+    Param('predictor_share', 0.05, 'The length predictor runs at admission only when its '
+          'measured cost is at most this share of the time left (with another engine '
+          'resident it runs before the prefill, ~0.1-0.35 s on a 2-core VM); otherwise the '
+          'goal is planned on the running mean of answer lengths (said in the plan note).',
+          0.0, 1.0),
     Param('min_cut_saving', 0.05, 'A quality cut (eviction, early exit) is used only when the '
           "ETE says it saves at least this share of the full model's time.", 0.0, 1.0),
     Param('auto_early_exit', False, 'Let MODE_AUTO add early exit when no other cut fits '
@@ -208,6 +217,8 @@ class NodeConfig:
     length_predictor: str = 'rlp'
     plan_quantile: float = 0.9
     admit_probability: float = 0.001
+    fit_tolerance: float = 0.02
+    predictor_share: float = 0.05
     min_cut_saving: float = 0.05
     min_switch_speedup: float = 1.5
     idle_best_effort: bool = True

@@ -204,20 +204,23 @@ def tokens_that_fit(ctx: CutContext, goal: Goal, cut: Cut) -> int:
 
 
 def choose(options: list, settings: PlannerSettings) -> Option:
-    """Return the option with the most expected quality among those likely enough to fit.
+    """Return the most faithful option among those about as likely to fit as the surest.
 
-    P(fit) counts only up to ``plan_quantile``, so among cuts that fit well enough
-    the least lossy one (listed first) wins; a lossy cut is taken over the full
-    model only when P(fit) x fidelity says its answer is worth more. When no option
-    reaches ``admit_probability`` the one fitting the largest share of its planned
-    length is returned (the caller rejects or runs it best-effort).
+    P(fit) counts only up to ``plan_quantile``; the options within ``fit_tolerance`` of
+    the surest one compete on fidelity (the least lossy, listed first, wins ties). So a
+    lossy cut or a faster engine is taken only when it fits more surely, and among cuts
+    that all fit well enough the most faithful one runs. When no option reaches
+    ``admit_probability`` the one fitting the largest share of its planned length is
+    returned (the caller rejects or runs it best-effort).
     """
     enough, admit = settings.plan_quantile, settings.admit_probability
     likely = [o for o in options if o.probability >= admit]
     if not likely:
         return max(options, key=lambda o: (o.fits / max(1, o.worst), -o.wcet))
-    best = max(o.value(enough) for o in likely)
-    return next(o for o in likely if o.value(enough) >= best - 1e-9)
+    surest = max(min(o.probability, enough) for o in likely)
+    sure = [o for o in likely if min(o.probability, enough) >= surest - settings.fit_tolerance]
+    best = max(o.quality for o in sure)
+    return next(o for o in sure if o.quality >= best - 1e-9)
 
 
 def explain(ctx: CutContext, settings: PlannerSettings, note: str, chosen: Option,
@@ -230,9 +233,10 @@ def explain(ctx: CutContext, settings: PlannerSettings, note: str, chosen: Optio
                f'({chosen.fits} of {chosen.worst} tokens)')
     elif len(options) > 1 and chosen.cut != options[0].cut:
         full = options[0]
-        why = (f'{words(chosen)}: P(fit) {chosen.probability:.2f} x fidelity '
-               f'{chosen.quality:.2f} beats {words(full)}: P(fit) '
-               f'{full.probability:.2f} x {full.quality:.2f}')
+        why = (f'{words(chosen)} (P(fit) {chosen.probability:.2f}, fidelity '
+               f'{chosen.quality:.2f}) over {words(full)} (P(fit) {full.probability:.2f}, '
+               f'fidelity {full.quality:.2f}): the most faithful within '
+               f'{settings.fit_tolerance:g} of the surest fit')
     else:
         return note
     return '; '.join(filter(None, [note, why]))

@@ -32,6 +32,7 @@ class Admission:
     def __init__(self, server):
         """Admit for ``server`` (its pipeline, model, predictor, dispatch and learning)."""
         self.server = server
+        self.predict_s = 0.0  # running mean of the length predictor's cost at admission
 
     @property
     def config(self):
@@ -55,13 +56,16 @@ class Admission:
                          lock=loaded.tokenizer_lock)
         check_prompt_fits(len(ids), loaded.context_window)
         pending = self.predicts_in_prefill(pipeline, request)
-        known = self._known_length(pipeline, request, len(ids), pending)  # outside the lock
+        known, how = self._known_length(pipeline, request, len(ids), pending,
+                                        clock.remaining())  # outside the lock
         job = Job(key=key, request=request, prompt_ids=ids, clock=clock, plan=Plan(
             prompt_tokens=len(ids), predicted_tokens=known or 0,
             predictor='' if known else PENDING))
         with dispatch.lock:
             dispatch.check_room_locked()
             self._plan_in_queue(job, pipeline, known, pending)
+            if how:
+                job.plan = noted(job.plan, how)
             if reserve:
                 dispatch.held[key] = job
         if pending and not reserve:
@@ -94,13 +98,28 @@ class Admission:
                 and on_torch_for_sure(pipeline.planner, request)
                 and getattr(self.server.predictor, 'prefill_layer', 0) > 0)
 
-    def _known_length(self, pipeline, request, n_prompt: int, pending: bool) -> int | None:
-        """Return the answer length known at admission (None: the planner's own call)."""
+    def _known_length(self, pipeline, request, n_prompt: int, pending: bool,
+                      left_s: float) -> tuple:
+        """Return (the answer length known at admission or None, how it was had or '').
+
+        The predictor is skipped when its measured cost would take more than
+        ``predictor_share`` of the ``left_s`` seconds left: the goal is then planned on
+        the running mean of finished answers.
+        """
         if request.expected_tokens > 0:
-            return request.expected_tokens
+            return request.expected_tokens, ''
         if pending or not isinstance(pipeline.planner, TimeBillPlanner):
-            return None
-        return int(pipeline.planner.predictor.predict(request, n_prompt))
+            return None, ''
+        if self.predict_s > self.config.predictor_share * left_s:
+            typical = max(1, round(self.server.learning.typical_tokens))
+            return typical, (f'length predictor skipped (~{self.predict_s:.3f} s, over '
+                             f'{self.config.predictor_share:.0%} of the {left_s:.3f} s left): '
+                             f'planned on the running mean, {typical} answer tokens')
+        start = time.monotonic()
+        predicted = int(pipeline.planner.predictor.predict(request, n_prompt))
+        took = time.monotonic() - start
+        self.predict_s = took if not self.predict_s else 0.8 * self.predict_s + 0.2 * took
+        return predicted, ''
 
     # -- the time ahead ---------------------------------------------------------------
 
