@@ -1,5 +1,7 @@
 """Engine options: the start-up regime line, and which goals may plan in their prefill."""
 
+from timebill_ros.core.cut_kinds import CutContext
+from timebill_ros.core.cuts import CutEffects
 from timebill_ros.core.request import Mode, OverrunPolicy, Request
 from timebill_ros.core.timing import TimingModel
 from timebill_ros.serving.admission import on_torch_for_sure
@@ -23,7 +25,7 @@ def test_the_regime_line_times_every_option_and_names_the_fastest():
 
 class Planner:
     def __init__(self, engines):
-        self.engines = engines
+        self.context = CutContext({}, CutEffects(), engines=engines)
 
 
 def goal(mode=Mode.AUTO, precision=''):

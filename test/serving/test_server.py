@@ -656,3 +656,20 @@ def test_a_16_bit_auto_precision_copy_is_resident_and_takes_no_per_layer_mix(loa
                      Plan(precision='bfloat16'),
                      lambda event: tokens.append(event.token_id) or True)
     assert stats.tokens == len(tokens) > 0
+
+
+def test_the_length_predictor_is_skipped_when_its_cost_would_eat_the_budget(
+        loaded, tmp_path, synthetic_profile):
+    server = profiled_server(loaded, tmp_path, synthetic_profile, 'edf', predictor_share=0.25)
+    auto = int(Mode.AUTO)
+    try:
+        server.admission.predict_s = 1.0  # as measured on a slow machine
+        server.learning.typical_tokens = 7.0
+        tight = server.dry_run(GoalSpec('Go.', budget_s=2.0, mode=auto, max_new_tokens=50))
+        assert 'length predictor skipped' in tight.plan.note, tight.plan.note
+        assert tight.plan.predicted_tokens == 7  # the running mean of finished answers
+        roomy = server.dry_run(GoalSpec('Go.', budget_s=10.0, mode=auto, max_new_tokens=50))
+        assert 'length predictor' not in roomy.plan.note and roomy.plan.predicted_tokens == 50
+        assert server.admission.predict_s < 1.0  # the run just measured joins the mean
+    finally:
+        server.stop(timeout_s=30.0)

@@ -304,11 +304,6 @@ class TimeBillPlanner:
         return self.context.precisions
 
     @property
-    def engines(self) -> dict:
-        """Return {resident engine option: callable returning its TimingModel}."""
-        return self.context.engines
-
-    @property
     def mix(self) -> MixConfig | None:
         """Return the per-layer mix table (None: whole-model precision only)."""
         return self.context.mix
@@ -336,7 +331,7 @@ class TimeBillPlanner:
             if self.context.early_exit is None:
                 raise Rejection('MODE_EARLY_EXIT is not configured on this node')
             return [EarlyExit()], ''
-        if request.precision in self.engines:  # the goal pinned another engine
+        if request.precision in self.context.engines:  # the goal pinned another engine
             return [OtherEngine(request.precision, request.mode)], \
                 f'engine {request.precision} pinned by the goal'
         pinned = request.precision if request.precision in self.precisions else ''
@@ -373,7 +368,7 @@ class TimeBillPlanner:
             if self.context.early_exit is not None and settings.auto_early_exit:
                 candidates.append((EarlyExit(0.0 if evict else settings.alpha_max),
                                    'early exit'))
-            candidates += [(OtherEngine(name), name) for name in self.engines]
+            candidates += [(OtherEngine(name), name) for name in self.context.engines]
         for cut, name in candidates:
             skip = too_small(cut, name)
             if skip:

@@ -323,9 +323,10 @@ def on_torch_for_sure(planner, request) -> bool:
     With another engine resident, an AUTO goal free to use it is planned before its
     prefill, which runs on the engine chosen; a goal pinned to that engine too.
     """
-    if request.precision in planner.engines:
+    engines = planner.context.engines
+    if request.precision in engines:
         return False
-    return not planner.engines or request.mode != Mode.AUTO or bool(request.precision)
+    return not engines or request.mode != Mode.AUTO or bool(request.precision)
 
 
 def noted(plan: Plan, text: str) -> Plan:
