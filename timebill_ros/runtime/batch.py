@@ -27,6 +27,36 @@ class LaneStep:
     kind: str = ''  # early exit: 'full', 'threshold' or 'forced'
 
 
+class KeyedLane:
+    """Bookkeeping of a lane that holds each sequence as [cache, next position] by key."""
+
+    def __init__(self):
+        """Start with no sequences."""
+        self._members: dict = {}  # key -> [cache, next position]
+
+    def __len__(self) -> int:
+        """Count the sequences."""
+        return len(self._members)
+
+    @property
+    def keys(self) -> list:
+        """Return the keys of the sequences."""
+        return list(self._members)
+
+    def join(self, key: str, cache, position: int) -> None:
+        """Add a sequence: its prefilled cache and the position of its next token."""
+        self._members[key] = [cache, int(position)]
+
+    def take(self, key: str) -> tuple:
+        """Remove a sequence and return (its cache, next position)."""
+        cache, position = self._members.pop(key)
+        return cache, position
+
+    def leave(self, key: str) -> None:
+        """Remove a sequence."""
+        del self._members[key]
+
+
 @dataclass
 class _Member:
     key: str

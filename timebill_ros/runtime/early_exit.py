@@ -18,7 +18,7 @@ import time
 from typing import Callable
 
 from timebill_ros.core.early_exit import CONTINUE, ExitRule, FULL, LayerTimes
-from timebill_ros.runtime.batch import LaneStep
+from timebill_ros.runtime.batch import KeyedLane, LaneStep
 from timebill_ros.runtime.model import LoadedModel, synchronize
 
 
@@ -144,7 +144,7 @@ def measure_layer_times(loaded: LoadedModel, n_kv: int = 512, steps: int = 8) ->
     return LayerTimes(tuple(statistics.median(t) for t in per_layer), statistics.median(heads))
 
 
-class ExitLane:
+class ExitLane(KeyedLane):
     """A lane of one sequence decoding layer by layer with early exits.
 
     Exclusive: while it holds a goal the other lanes wait, so the goal's per-token
@@ -155,34 +155,12 @@ class ExitLane:
 
     def __init__(self, decoder: LayerwiseDecoder):
         """Step sequences on ``decoder``."""
+        super().__init__()
         self.decoder = decoder
-        self._members: dict = {}  # key -> [cache, position]
-
-    def __len__(self) -> int:
-        """Count sequences in the lane."""
-        return len(self._members)
-
-    @property
-    def keys(self) -> list:
-        """Return the keys of the sequences."""
-        return list(self._members)
 
     def cached_tokens(self) -> int:
         """Return the longest cache's length."""
         return max((cache.get_seq_length() for cache, _ in self._members.values()), default=0)
-
-    def join(self, key: str, cache, position: int) -> None:
-        """Add a sequence: its prefilled cache and the position of its next token."""
-        self._members[key] = [cache, int(position)]
-
-    def take(self, key: str) -> tuple:
-        """Remove a sequence and return (its cache, next position)."""
-        cache, position = self._members.pop(key)
-        return cache, position
-
-    def leave(self, key: str) -> None:
-        """Remove a sequence."""
-        del self._members[key]
 
     def step(self, feed: dict, budgets: dict | None = None) -> dict:
         """Run one layer-by-layer step per sequence; return key -> LaneStep (its token)."""

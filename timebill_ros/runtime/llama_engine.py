@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 
 from timebill_ros.core.config import LLAMA_FORMATS
 from timebill_ros.core.execution import GenerationStats, PrefillInterrupted
-from timebill_ros.runtime.batch import LaneStep
+from timebill_ros.runtime.batch import KeyedLane, LaneStep
 from timebill_ros.runtime.engine import StreamDecoder
 
 # Engine options are named after the engine and the GGUF weight format.
@@ -173,37 +173,19 @@ class LlamaModel:
                 self._ctx = None
 
 
-class LlamaLane:
+class LlamaLane(KeyedLane):
     """Sequences of one llama.cpp context stepping together (one batch per step)."""
 
     exclusive = False
 
     def __init__(self, model: LlamaModel):
         """Step sequences of ``model``."""
+        super().__init__()
         self.model = model
-        self._members: dict = {}  # key -> [sequence, next position]
-
-    def __len__(self) -> int:
-        """Count the sequences."""
-        return len(self._members)
-
-    @property
-    def keys(self) -> list:
-        """Return the keys of the sequences."""
-        return list(self._members)
 
     def cached_tokens(self) -> int:
         """Return the longest sequence's KV length."""
         return max((position for _, position in self._members.values()), default=0)
-
-    def join(self, key: str, cache: LlamaSequence, position: int) -> None:
-        """Add a prefilled sequence and the position of its next token."""
-        self._members[key] = [cache, position]
-
-    def take(self, key: str) -> tuple:
-        """Remove a sequence and return (it, next position)."""
-        cache, position = self._members.pop(key)
-        return cache, position
 
     def leave(self, key: str) -> None:
         """Remove a sequence and free its KV cells."""

@@ -66,9 +66,3 @@ class ResidentEngines:
     def stream(self):
         """Return a text stream for one answer (the shared tokenizer)."""
         return self.main.stream()
-
-    def __getattr__(self, name):
-        """Reach the main engine's own parts (loaded model, variants, warm-up)."""
-        if name in ('main', 'others'):
-            raise AttributeError(name)
-        return getattr(self.main, name)
