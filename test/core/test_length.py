@@ -1,11 +1,13 @@
 """Length buckets, predictor metrics and the data-derived pessimistic factor."""
 
+import math
+
 import numpy as np
 import pytest
 
 from timebill_ros.core.length import (
-    bucket_floor_mae, cap_prediction, coverage, decode_buckets, from_bucket, metrics, num_buckets,
-    pessimistic_factor, to_bucket)
+    bucket_floor_mae, cap_prediction, coverage, decode_buckets, from_bucket, LengthDistribution,
+    metrics, num_buckets, observed_distribution, pessimistic_factor, to_bucket)
 
 
 def test_bucket_round_trip_is_an_upper_bound_within_one_bucket():
@@ -92,3 +94,30 @@ def test_length_distribution_bands_quantiles_and_probabilities():
     assert LengthDistribution.from_arrays({}) is None
     with pytest.raises(ValueError):
         LengthDistribution.fit([1], [1])
+
+
+def test_observed_lengths_count_cut_answers_as_longer_not_shorter():
+    finished, cut = [5, 10, 10, 40], [20, 3]
+    dist = observed_distribution(finished, cut, ceiling=128)
+    # Kaplan-Meier: the answer cut at 3 tokens leaves the risk set; 5 is 1 of 5 left.
+    assert dist.prob_at_most(5, 0) == pytest.approx(0.2)
+    assert dist.prob_at_most(10, 0) == pytest.approx(0.6)
+    assert dist.quantile(1.0, 0) == 40.0
+    # Counted as finished, the cut answers would have made short answers likelier.
+    naive = observed_distribution(finished + cut, [], ceiling=128)
+    assert naive.prob_at_most(5, 0) > dist.prob_at_most(5, 0)
+    # Cut beyond the last finished length: that share is planned at the ceiling.
+    tail = observed_distribution([5, 10, 10], [20, 30], ceiling=128)
+    assert tail.quantile(0.9, 0) == 128.0 and tail.prob_at_most(10, 0) == pytest.approx(0.6)
+    assert observed_distribution([], [4, 8], ceiling=128) is None
+
+
+def test_the_marginal_mixes_the_bands_by_their_samples():
+    dist = LengthDistribution((10.0, math.inf), (0.0, 0.5, 1.0),
+                              ((2.0, 4.0, 6.0), (50.0, 60.0, 70.0)), (30, 10))
+    marginal = dist.marginal()
+    assert marginal.edges == (math.inf,) and marginal.samples == (40,)
+    # Three quarters of the calibration pairs are short answers.
+    assert marginal.prob_at_most(6.0, 0) == pytest.approx(0.75)
+    assert marginal.quantile(0.5, 0) <= 6.0 < 50.0 <= marginal.quantile(0.9, 0)
+    assert marginal.quantile(0.0, 0) == 2.0 and marginal.quantile(1.0, 0) == 70.0

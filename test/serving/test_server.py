@@ -662,12 +662,22 @@ def test_the_length_predictor_is_skipped_when_its_cost_would_eat_the_budget(
         loaded, tmp_path, synthetic_profile):
     server = profiled_server(loaded, tmp_path, synthetic_profile, 'edf', predictor_share=0.25)
     auto = int(Mode.AUTO)
+    assert getattr(server.predictor, 'distribution', None) is None
     try:
         server.admission.predict_s = 1.0  # as measured on a slow machine
         server.learning.typical_tokens = 7.0
         tight = server.dry_run(GoalSpec('Go.', budget_s=2.0, mode=auto, max_new_tokens=50))
         assert 'length predictor skipped' in tight.plan.note, tight.plan.note
-        assert tight.plan.predicted_tokens == 7  # the running mean of finished answers
+        # No answer has run yet and this predictor has no calibration: the running mean.
+        assert tight.plan.predicted_tokens == 7 and 'running mean' in tight.plan.note
+        for _ in range(9):  # short answers finished, and long ones killed at 20 tokens
+            server.learning.answer_ran(7, True, 50)
+            server.learning.answer_ran(20, False, 50)
+        tight = server.dry_run(GoalSpec('Go.', budget_s=2.0, mode=auto, max_new_tokens=50))
+        assert tight.plan.predicted_tokens == 7 and tight.plan.predictor == 'recent answers'
+        assert 'spread of 18 recent answers' in tight.plan.note, tight.plan.note
+        # Half the answers ran past 20 tokens, how far unknown: planned up to the cap.
+        assert tight.plan.worst_case_tokens == 50
         roomy = server.dry_run(GoalSpec('Go.', budget_s=10.0, mode=auto, max_new_tokens=50))
         assert 'length predictor' not in roomy.plan.note and roomy.plan.predicted_tokens == 50
         assert server.admission.predict_s < 1.0  # the run just measured joins the mean

@@ -30,6 +30,7 @@ from pathlib import Path
 import statistics
 import sys
 
+from timebill_ros.core.length import observed_distribution
 from timebill_ros.evaluation import metrics
 
 # Option traces by the name the planner gives them (Plan.precision; '' = float32).
@@ -171,6 +172,11 @@ class Replay:
         self.drift = self._drift(report)
         self.typical = statistics.fmean(t['tokens'] for t in report['traces']
                                         if t['strategy'] == 'float32')
+        # What a node planning without its predictor reads: the spread of the answers it
+        # ran (here the loose full-model answers, all of which finished).
+        self.spread = observed_distribution(
+            [t['tokens'] for t in report['traces'] if t['strategy'] == 'float32'], [],
+            report['max_new_tokens'])
 
     def _drift(self, report: dict) -> dict:
         """Return {option: (prefill, decode) median ratio of its traces to its profile}."""
@@ -213,7 +219,7 @@ class Replay:
 
         ``policy['predictor_share']``: the length predictor runs only when its cost (the
         AUTO trace's admission) is at most that share of the budget; otherwise the goal
-        is planned on the running mean of answer lengths, with a fixed choice's admission.
+        is planned on the spread of answer lengths, with a fixed choice's admission.
         """
         from timebill_ros.core.config import NodeConfig
         from timebill_ros.core.request import Mode, OverrunPolicy, Rejection, Request
@@ -228,7 +234,9 @@ class Replay:
                           Mode.AUTO, self.report['max_new_tokens'],
                           NodeConfig().pessimistic_factor)
         try:
-            plan = planner.plan(request, loose['prompt_tokens'], budget - admission)
+            plan = planner.plan(request, loose['prompt_tokens'], budget - admission,
+                                round(self.spread.quantile(0.5, 0.0)) if length.skip else None,
+                                spread=self.spread if length.skip else None)
         except Rejection:
             return 0.0, 0.0, 'refused'
         option = self._option(plan)

@@ -196,6 +196,24 @@ class LengthDistribution:
         frac = 0.0 if width <= 0 else (tokens - row[lo]) / width
         return float(self.levels[lo] + frac * (self.levels[hi] - self.levels[lo]))
 
+    def marginal(self, levels: tuple = LEVELS) -> 'LengthDistribution':
+        """Return the lengths over every band: the spread to expect with no prediction."""
+        weights = np.asarray(self.samples or (1,) * len(self.edges), dtype=float)
+        weights = weights / weights.sum()
+        grid = np.unique(np.concatenate([np.asarray(row) for row in self.quantiles]))
+        cdf = np.array([sum(w * self.prob_at_most(n, edge) for w, edge in
+                            zip(weights, self._band_points())) for n in grid])
+        row = [float(grid[min(len(grid) - 1, int(np.searchsorted(cdf, q - 1e-9)))])
+               for q in levels]
+        row[0] = float(grid[0])
+        return LengthDistribution((math.inf,), tuple(levels), (tuple(row),),
+                                  (int(sum(self.samples)),))
+
+    def _band_points(self) -> list:
+        """Return one prediction inside each band (its upper edge; the last band's lower)."""
+        points = list(self.edges[:-1])
+        return points + [points[-1] + 1.0 if points else 0.0]
+
     def to_arrays(self) -> dict:
         """Return the table as arrays (for a head's .npz)."""
         return {'dist_edges': np.asarray(self.edges, dtype=float),
@@ -212,3 +230,28 @@ class LengthDistribution:
                    tuple(float(x) for x in data['dist_levels']),
                    tuple(tuple(float(x) for x in row) for row in data['dist_quantiles']),
                    tuple(int(x) for x in data['dist_samples']))
+
+
+def observed_distribution(finished: Sequence[float], cut_short: Sequence[float],
+                          ceiling: float, levels: tuple = LEVELS) -> LengthDistribution | None:
+    """Return the distribution of answer lengths seen, or None before any answer finished.
+
+    ``finished``: lengths of answers that ended by themselves; ``cut_short``: tokens of
+    answers stopped early (killed, cancelled), which say only that the answer runs
+    longer. The Kaplan-Meier estimate (scipy's ``ecdf`` on right-censored data) uses
+    both without counting a cut answer as short. The share it cannot place (answers
+    cut beyond the last finished length) goes to ``ceiling``, so unknown tails plan long.
+    """
+    if len(finished) == 0:
+        return None
+    from scipy.stats import CensoredData, ecdf
+    cdf = ecdf(CensoredData(uncensored=np.asarray(finished, dtype=float),
+                            right=np.asarray(cut_short, dtype=float))).cdf
+    lengths, probs = np.asarray(cdf.quantiles), np.asarray(cdf.probabilities)
+    top = max(float(ceiling), float(lengths.max()))
+    row = [float(min(finished))]
+    for q in levels[1:]:
+        at = int(np.searchsorted(probs, q - 1e-9))  # the first length whose CDF reaches q
+        row.append(float(lengths[at]) if at < len(lengths) else top)
+    return LengthDistribution((math.inf,), tuple(levels), (tuple(row),),
+                              (len(finished) + len(cut_short),))

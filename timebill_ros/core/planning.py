@@ -20,6 +20,8 @@ from timebill_ros.core.timing import TimingModel
 
 # Marks the predictor of a plan whose length is only predicted during the goal's prefill.
 PENDING = '(pending: predicted in prefill)'
+# Predictor name of a length read from the node's recent answers (the predictor skipped).
+RECENT = 'recent answers'
 
 
 @dataclass(frozen=True)
@@ -107,13 +109,14 @@ class Planner(Protocol):
 
     def plan(self, request: Request, prompt_tokens: int, time_left_s: float,
              predicted: int | None = None, pending: bool = False,
-             timing: TimingModel | None = None) -> Plan:
+             timing: TimingModel | None = None, spread=None) -> Plan:
         """Plan a request whose prompt has ``prompt_tokens`` with ``time_left_s`` to go.
 
         ``predicted`` reuses an earlier length prediction for the same request;
         ``pending`` says the length will only be known during prefill; ``timing``
         replaces the planner's own full-precision ETE (a goal that will decode in a
-        batch: ``BatchTimingModel.member``).
+        batch: ``BatchTimingModel.member``); ``spread``: the length distribution
+        ``predicted`` was drawn from when no predictor ran (recent answers).
         """
 
     def estimate_s(self, plan: Plan, tokens: float, timing: TimingModel | None = None,
@@ -134,7 +137,7 @@ class FullModelPlanner:
 
     def plan(self, request: Request, prompt_tokens: int, time_left_s: float,
              predicted: int | None = None, pending: bool = False,
-             timing: TimingModel | None = None) -> Plan:
+             timing: TimingModel | None = None, spread=None) -> Plan:
         """Return a plan that only records the prompt length and the mode."""
         return Plan(mode=Mode.NONE, prompt_tokens=prompt_tokens,
                     pessimistic_factor=request.pessimistic_factor)
@@ -243,13 +246,19 @@ def explain(ctx: CutContext, settings: PlannerSettings, note: str, chosen: Optio
 
 
 def predict(length: LengthPredictor, request: Request, prompt_tokens: int,
-            predicted: int | None, pending: bool) -> tuple:
-    """Return (predicted length, predictor name, calibrated distribution or None)."""
+            predicted: int | None, pending: bool, spread=None) -> tuple:
+    """Return (predicted length, predictor name, calibrated distribution or None).
+
+    ``spread``: the distribution a ``predicted`` length was read from without the
+    predictor (the node's recent answers); it replaces the predictor's calibration.
+    """
     predictor, dist = length.name, None
     if request.expected_tokens > 0:
         predicted, predictor = request.expected_tokens, 'caller'
     elif pending:
         predicted, predictor = 1, f'{predictor} {PENDING}'
+    elif spread is not None and predicted is not None:
+        return predicted, RECENT, spread
     else:
         if predicted is None:
             predicted = int(length.predict(request, prompt_tokens))
@@ -508,7 +517,7 @@ class TimeBillPlanner:
 
     def plan(self, request: Request, prompt_tokens: int, time_left_s: float,
              predicted: int | None = None, pending: bool = False,
-             timing: TimingModel | None = None) -> Plan:
+             timing: TimingModel | None = None, spread=None) -> Plan:
         """Return the plan, or raise Rejection when the deadline cannot be met.
 
         ``pending``: the length is predicted later (during prefill); plan a 1-token
@@ -519,7 +528,7 @@ class TimeBillPlanner:
         settings = self.settings
         model = timing or self.timing()
         predicted, predictor, dist = predict(self.predictor, request, prompt_tokens, predicted,
-                                             pending)
+                                             pending, spread)
         # With a calibrated distribution: plan for the quantile of the lengths such a
         # prediction turns into.
         planned = math.ceil(dist.quantile(settings.plan_quantile, predicted)) \

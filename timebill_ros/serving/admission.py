@@ -33,6 +33,7 @@ class Admission:
         """Admit for ``server`` (its pipeline, model, predictor, dispatch and learning)."""
         self.server = server
         self.predict_s = 0.0  # running mean of the length predictor's cost at admission
+        self._prior = (None, None)  # (predictor calibration, its marginal), made once
 
     @property
     def config(self):
@@ -56,11 +57,11 @@ class Admission:
                          lock=loaded.tokenizer_lock)
         check_prompt_fits(len(ids), loaded.context_window)
         pending = self.predicts_in_prefill(pipeline, request)
-        known, how = self._known_length(pipeline, request, len(ids), pending,
-                                        clock.remaining())  # outside the lock
+        known, how, spread = self._known_length(pipeline, request, len(ids), pending,
+                                                clock.remaining())  # outside the lock
         job = Job(key=key, request=request, prompt_ids=ids, clock=clock, plan=Plan(
             prompt_tokens=len(ids), predicted_tokens=known or 0,
-            predictor='' if known else PENDING))
+            predictor='' if known else PENDING), spread=spread)
         with dispatch.lock:
             dispatch.check_room_locked()
             self._plan_in_queue(job, pipeline, known, pending)
@@ -100,26 +101,40 @@ class Admission:
 
     def _known_length(self, pipeline, request, n_prompt: int, pending: bool,
                       left_s: float) -> tuple:
-        """Return (the answer length known at admission or None, how it was had or '').
+        """Return (the length known at admission or None, how it was had, its spread).
 
         The predictor is skipped when its measured cost would take more than
         ``predictor_share`` of the ``left_s`` seconds left: the goal is then planned on
-        the running mean of finished answers.
+        the spread of recent answer lengths (``Learning.recent_lengths``; before enough
+        have finished, the predictor's calibration over all its predictions).
         """
         if request.expected_tokens > 0:
-            return request.expected_tokens, ''
+            return request.expected_tokens, '', None
         if pending or not isinstance(pipeline.planner, TimeBillPlanner):
-            return None, ''
+            return None, '', None
         if self.predict_s > self.config.predictor_share * left_s:
-            typical = max(1, round(self.server.learning.typical_tokens))
-            return typical, (f'length predictor skipped (~{self.predict_s:.3f} s, over '
-                             f'{self.config.predictor_share:.0%} of the {left_s:.3f} s left): '
-                             f'planned on the running mean, {typical} answer tokens')
+            return self._skipped(pipeline, left_s)
         start = time.monotonic()
         predicted = int(pipeline.planner.predictor.predict(request, n_prompt))
         took = time.monotonic() - start
         self.predict_s = took if not self.predict_s else 0.8 * self.predict_s + 0.2 * took
-        return predicted, ''
+        return predicted, '', None
+
+    def _skipped(self, pipeline, left_s: float) -> tuple:
+        """Return (length, note, spread) of a goal planned without its length predictor."""
+        calibration = getattr(pipeline.planner.predictor, 'distribution', None)
+        if calibration is not None and self._prior[0] is not calibration:
+            self._prior = (calibration, calibration.marginal())
+        spread = self.server.learning.recent_lengths(
+            self._prior[1] if calibration is not None else None)
+        why = (f'length predictor skipped (~{self.predict_s:.3f} s, over '
+               f'{self.config.predictor_share:.0%} of the {left_s:.3f} s left)')
+        if spread is None:
+            typical = max(1, round(self.server.learning.typical_tokens))
+            return typical, f'{why}: planned on the running mean, {typical} answer tokens', None
+        median = max(1, round(spread.quantile(0.5, 0.0)))
+        return median, (f'{why}: planned on the spread of {spread.samples[0]} recent answers '
+                        f'(median {median} tokens)'), spread
 
     # -- the time ahead ---------------------------------------------------------------
 
@@ -168,7 +183,7 @@ class Admission:
         try:
             return pipeline.planner.plan(job.request, len(job.prompt_ids),
                                          job.clock.remaining() - wait, known,
-                                         pending=pending, timing=timing)
+                                         pending=pending, timing=timing, spread=job.spread)
         except Rejection as exc:
             where = [f'after an expected {wait:.2f} s wait behind {ahead} goals'] \
                 if wait > 0.0 else []
@@ -284,7 +299,8 @@ class Admission:
         try:
             plan = pipeline.planner.plan(job.request, len(job.prompt_ids),
                                          job.clock.remaining(),
-                                         job.plan.predicted_tokens or None, timing=timing)
+                                         job.plan.predicted_tokens or None, timing=timing,
+                                         spread=job.spread)
         except Rejection as exc:
             raise Rejection(f'after {job.clock.elapsed():.3f} s in queue: {exc.reason}',
                             job.plan) from None

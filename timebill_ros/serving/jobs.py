@@ -54,6 +54,8 @@ class Job:
     expected_wait_s: float = 0.0
     expected_batch: int = 1
     expected_timing: object = None  # the ETE of that batch (None: decoding alone)
+    # The length distribution planned on when the predictor was skipped (recent answers).
+    spread: object = None
 
     def waiting(self) -> Waiting:
         """Return what a scheduler orders this job by.

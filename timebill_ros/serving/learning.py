@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections import deque
 import threading
 
 from timebill_ros.core.execution import JobResult
+from timebill_ros.core.length import observed_distribution
 from timebill_ros.core.planning import MIXED
 from timebill_ros.core.request import Mode, Outcome
 from timebill_ros.core.telemetry import GoalRecord, Telemetry
@@ -12,6 +14,10 @@ from timebill_ros.serving.backend import FULL_LANE
 
 # Weight of a finished answer in the running mean of answer lengths.
 TYPICAL_WEIGHT = 0.1
+# Answers whose lengths give the spread a goal is planned on without a prediction, and
+# how many must have finished by themselves before it replaces the predictor's own.
+RECENT_ANSWERS = 64
+RECENT_FINISHED_MIN = 8
 
 
 class Learning:
@@ -26,6 +32,9 @@ class Learning:
         # prefill: a running mean of finished answers.
         self.typical_tokens = 32.0
         self.last_precision = ''  # the last finished goal's decode precision (diagnostics)
+        # (tokens, ended by itself, max_new_tokens) of the recent answers that ran.
+        self._recent = deque(maxlen=RECENT_ANSWERS)
+        self._spread = None  # their distribution, made on first use after a change
 
     def accepted(self) -> None:
         """Count a goal queued."""
@@ -52,12 +61,41 @@ class Learning:
             if result.prefill_s > 0.0:
                 plan = result.plan
                 self.last_precision = plan.precision_text or plan.precision or self.dtype
+            if result.prefill_s > 0.0 and result.outcome != Outcome.FAILED:
+                self._answer_ran(result.tokens, result.outcome == Outcome.COMPLETED,
+                                 job.request.max_new_tokens)
             if result.outcome == Outcome.COMPLETED:
                 # Only finished answers have a true length (a killed one was cut short).
                 self.typical_tokens += TYPICAL_WEIGHT * (result.tokens - self.typical_tokens)
                 if result.plan.predicted_tokens:
                     self.telemetry.length_error(result.plan.predicted_tokens, result.tokens)
         return estimate, error
+
+    def answer_ran(self, tokens: int, ended: bool, cap: int) -> None:
+        """Count an answer of ``tokens`` that ended by itself or was cut short (``ended``)."""
+        with self._lock:
+            self._answer_ran(tokens, ended, cap)
+
+    def _answer_ran(self, tokens: int, ended: bool, cap: int) -> None:
+        self._recent.append((tokens, ended, cap))
+        self._spread = None
+
+    def recent_lengths(self, prior):
+        """Return the spread of recent answer lengths to plan on without a prediction.
+
+        Answers cut short count as longer than they got (``observed_distribution``).
+        Until ``RECENT_FINISHED_MIN`` answers finished by themselves: ``prior`` (the
+        length predictor's calibration over all its predictions; may be None).
+        """
+        with self._lock:
+            finished = [tokens for tokens, ended, _ in self._recent if ended]
+            if len(finished) < RECENT_FINISHED_MIN:
+                return prior
+            if self._spread is None:
+                cut = [tokens for tokens, ended, _ in self._recent if not ended]
+                self._spread = observed_distribution(
+                    finished, cut, max(cap for *_, cap in self._recent))
+            return self._spread
 
     def summary(self) -> dict:
         """Return the telemetry summary."""
