@@ -27,7 +27,7 @@ def prefill_cache(tiny, ids, plan, decide=None):
     # Prefill once more into a cache of our own to compare it layer by layer.
     with torch.inference_mode():
         out, used = engine._prefill(torch.tensor([ids]), cache, plan, decide,
-                                    GenerationStats())
+                                    GenerationStats(), len(ids), chunked=False)
     return cache, used, stats
 
 

@@ -10,8 +10,7 @@ from contextlib import nullcontext
 import pytest
 
 from timebill_ros.core.deadline import DeadlineClock
-from timebill_ros.core.execution import (
-    GenerationStats, JobRun, PrefillDecision, PrefillInterrupted)
+from timebill_ros.core.execution import GenerationStats, JobRun, PrefillDecision
 from timebill_ros.core.planning import Fallback, Plan
 from timebill_ros.core.request import Mode, Outcome, OverrunPolicy, Rejection, Request
 from timebill_ros.runtime.batch import LaneStep
@@ -73,6 +72,31 @@ class ScriptedLane:
         return out
 
 
+class ScriptedPrefill:
+    """A prefill of ``total`` chunks, one backend step each (runtime.prefill.PrefillRun)."""
+
+    def __init__(self, backend, total, plan, decide):
+        self.backend, self.total, self.tokens_done = backend, total, 0
+        self.plan, self.decide = plan, decide
+
+    @property
+    def done(self):
+        return self.tokens_done >= self.total
+
+    def advance(self):
+        self.backend.clock.t += self.backend.step
+        self.tokens_done += 1
+
+    def result(self):
+        stats = GenerationStats(prefill_s=self.backend.step * self.total)
+        decide = self.decide
+        stats.plan = decide.plan_from('hidden states') if decide is not None else self.plan
+        return 'cache', 0, stats
+
+    def abandon(self):
+        self.backend.abandoned += 1
+
+
 class ScriptedBackend:
     """Prefill in one step; 'logits' are the token itself; int8 lanes step ``fast_step``."""
 
@@ -82,16 +106,12 @@ class ScriptedBackend:
     def __init__(self, clock, step, words=10, fail_at=None, fast_step=None, chunks=1):
         self.clock, self.step, self.words, self.fail_at = clock, step, words, fail_at
         self.fast_step = fast_step  # the step time after a switch of precision
-        self.chunks = chunks  # prefill chunks, one step each, interrupt asked between
+        # Prefill chunks, one step each (an int, or prompt -> chunks).
+        self.chunks = chunks if callable(chunks) else (lambda ids: chunks)
+        self.abandoned = 0
 
-    def prefill(self, prompt_ids, plan, decide=None, interrupt=None):
-        stats = GenerationStats(prefill_s=self.step * self.chunks)
-        stats.plan = decide.plan_from('hidden states') if decide is not None else plan
-        for chunk in range(self.chunks):
-            if chunk and interrupt is not None and interrupt():
-                raise PrefillInterrupted(chunk, self.chunks)
-            self.clock.t += self.step
-        return 'cache', 0, stats
+    def begin_prefill(self, prompt_ids, plan, decide=None):
+        return ScriptedPrefill(self, self.chunks(prompt_ids), plan, decide)
 
     def lane_key(self, plan):
         return (plan.precision,)
@@ -168,6 +188,38 @@ def test_kill_ends_a_chunked_prefill_within_one_chunk_of_the_deadline():
     assert '4 of 10 prompt tokens' in result.reason
     auto = Request('q', '', 1.0, OverrunPolicy.KILL, Mode.AUTO, 100, 1.0)
     assert run(backend, auto, clock)[0].outcome == Outcome.KILLED  # in every mode
+
+
+def test_a_long_prefill_interleaves_with_the_goals_already_decoding():
+    clock = ScriptedClock()
+    backend = ScriptedBackend(clock, 0.1, words=30, chunks=len)  # a chunk per prompt token
+    seen, results, waiting = {0: [], 1: []}, {}, [(0, [1]), (1, [1] * 20)]
+
+    def refill(loop):
+        if not waiting:
+            return False
+        key, prompt = waiting.pop(0)
+        req = request(budget=100.0)
+        run = JobRun(req, Plan(), DeadlineClock(0.0, 100.0, clock), lambda: False,
+                     lambda ev, el, rem, plan: seen[key].append(el))
+        loop.start(Member(str(key), run, req.max_new_tokens,
+                          lambda result: results.__setitem__(key, result)), prompt, Plan())
+        return True
+    DecodeLoop(backend, capacity=2).run(refill)
+    assert results[0].outcome == results[1].outcome == Outcome.COMPLETED
+    assert len(seen[0]) == len(seen[1]) == 30
+    # Goal 0 streamed a token in every round of goal 1's 20-chunk prefill, not after it.
+    during = [t for t in seen[0] if t < seen[1][0]]
+    assert len(during) >= 19, (seen[0][:5], seen[1][:3])
+    gaps = [b - a for a, b in zip(seen[0], seen[0][1:])]
+    assert max(gaps) <= 0.2 + 1e-9  # one chunk and one step between its tokens
+
+
+def test_a_prefill_stopped_between_chunks_frees_what_it_holds():
+    clock = ScriptedClock()
+    backend = ScriptedBackend(clock, 0.3, words=50, chunks=10)
+    result, _ = run(backend, request(budget=1.0), clock)
+    assert result.outcome == Outcome.KILLED and backend.abandoned == 1
 
 
 def test_skip_next_prefills_every_chunk_and_admits_lateness():
@@ -284,10 +336,10 @@ def test_goals_in_one_batch_each_stop_at_their_own_token_boundary():
     clock = ScriptedClock()
     short, long_ = goal(budget=0.25), goal(budget=10.0)
     killed, done = run_all(ScriptedBackend(clock, 0.1, words=8), [short, long_], capacity=2)
-    # Both prefill (0.1 s each), then share steps: the short one's tokens at 0.1 and 0.3,
-    # the second past its deadline (the long one's prefill stalled it).
-    assert killed.outcome == Outcome.KILLED and killed.tokens == 2
-    assert killed.e2e_s == pytest.approx(0.3)
+    # The short one prefills and steps (tokens at 0.1 and 0.2) while the long one waits
+    # for its prefill chunk (0.2-0.3); the next shared step ends at 0.4, past 0.25.
+    assert killed.outcome == Outcome.KILLED and killed.tokens == 3
+    assert killed.e2e_s == pytest.approx(0.4)
     assert done.outcome == Outcome.COMPLETED and done.text == ''.join(f'w{i} ' for i in range(8))
     assert killed.batch_peak == 2 and done.batch_peak == 2
     # One step serves both (no step counted twice): 7 more words and the end of answer.

@@ -146,6 +146,9 @@ PARAMS = (
           'cores).', 0, 256),
     Param('llama_chunk', 64, 'Prompt tokens per llama.cpp prefill chunk: a goal past its '
           'deadline (Kill) or canceled stops between chunks.', 8, 4096),
+    Param('prefill_chunk', 128, 'Prompt tokens per torch prefill pass: between chunks a goal '
+          'past its deadline (Kill) or canceled stops, and the goals already decoding take '
+          'a step. 0: the whole prompt in one pass (not interruptible).', 0, 65536),
     Param('llama_context', 8192, 'KV cells of each llama.cpp option, shared by its max_batch '
           'sequences.', 256, 262144),
     Param('length_predictor_max_tokens', 256, 'Longest input the length predictor reads; '
@@ -230,6 +233,7 @@ class NodeConfig:
     llama_engines: str = 'f16,q4_1'
     llama_threads: int = 0
     llama_chunk: int = 64
+    prefill_chunk: int = 128
     llama_context: int = 8192
     length_predictor_max_tokens: int = 256
     length_predictor_in_prefill: bool = True

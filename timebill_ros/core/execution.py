@@ -66,11 +66,14 @@ class PrefillDecision:
 
     ``plan_from`` receives that layer's hidden states (batch 1, prompt, hidden)
     and returns the plan (or raises Rejection); the engine applies its eviction
-    to every layer, the earlier ones after the fact.
+    to every layer, the earlier ones after the fact. A chunked prefill passes the last
+    chunk's states (the prompt's last token is there); ``whole_prompt`` asks for one
+    pass over the whole prompt (a predictor pooling over every token).
     """
 
     layer: int
     plan_from: Callable[[object], Plan]
+    whole_prompt: bool = False
 
 
 @dataclass

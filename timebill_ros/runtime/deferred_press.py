@@ -10,6 +10,11 @@ reads another layer's cache, so the cache ends up as if the press had been on
 from the start (tested against a plain press). Like kvpress's own wrappers
 (AdaKVPress, ChunkPress) it delegates to an inner press.
 
+A chunked prefill compresses in the pass of its last chunk only (``LastChunkPress``):
+the cache then holds the whole prompt, and the last chunk's queries are the prompt's
+last ones, which is what SnapKV scores with. kvpress's own hook compresses only a pass
+that starts at position 0, so it would skip that pass and compress the first chunk alone.
+
 Importing this module imports kvpress (slow, about a second); import it lazily.
 """
 
@@ -18,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvpress.presses.base_press import BasePress, is_prefilling
+from kvpress.utils import extract_keys_and_values
 
 
 @dataclass
@@ -25,6 +31,7 @@ class DeferredPress(BasePress):
     """Hold layers back until ``decide`` names the press (None: evict nothing)."""
 
     press: BasePress | None = None
+    every_pass: bool = False  # hold layers in any pass (the last chunk of a chunked prefill)
 
     def __post_init__(self):
         """Start undecided, with no layer held back."""
@@ -61,6 +68,32 @@ class DeferredPress(BasePress):
         if self._decided:
             return output if self.press is None else \
                 self.press.forward_hook(module, input, kwargs, output)
-        if is_prefilling(kwargs['cache_position'], kwargs['hidden_states'].shape[1]):
+        if self.every_pass or \
+                is_prefilling(kwargs['cache_position'], kwargs['hidden_states'].shape[1]):
             self._held.append((module, input, kwargs, output))
+        return output
+
+
+@dataclass
+class LastChunkPress(BasePress):
+    """Compress the whole cache with ``press`` in the pass of a chunked prefill's last chunk.
+
+    Use it around that pass only. The cache layers are written as kvpress's own hook
+    writes them (a DynamicCache: keys and values replaced).
+    """
+
+    press: BasePress | None = None
+
+    def post_init_from_model(self, model) -> None:
+        """Initialise the inner press."""
+        self.press.post_init_from_model(model)
+
+    def forward_hook(self, module, input, kwargs: dict, output):
+        """Score and compress every cached position of this layer with the inner press."""
+        cache = kwargs['past_key_values']
+        keys, values = extract_keys_and_values(cache, module.layer_idx)
+        keys, values = self.press.compress(module, kwargs['hidden_states'], keys, values,
+                                           output[1], kwargs)
+        layer = cache.layers[module.layer_idx]
+        layer.keys, layer.values = keys, values
         return output

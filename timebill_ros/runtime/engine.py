@@ -19,6 +19,7 @@ from timebill_ros.core.request import Mode
 from timebill_ros.runtime.batch import BatchDecoder
 from timebill_ros.runtime.early_exit import ExitLane
 from timebill_ros.runtime.model import intra_op_threads, LoadedModel, synchronize
+from timebill_ros.runtime.prefill import chunk_bounds, finish_prefill
 
 # The lane key of early-exit decoding (precision lanes are keyed by their precision).
 EARLY_EXIT_LANE = ('early-exit',)
@@ -63,7 +64,8 @@ class Engine:
 
     def __init__(self, loaded: LoadedModel, press_for_plan: PressFactory | None = None,
                  clock: Callable[[], float] = time.monotonic, exit_decoder=None,
-                 variants: dict | None = None, decode_threads: int | dict = 0, mixed=None):
+                 variants: dict | None = None, decode_threads: int | dict = 0, mixed=None,
+                 prefill_chunk: int = 0):
         """Wrap a loaded model; ``press_for_plan`` returns a kvpress press or None.
 
         ``exit_decoder`` (a LayerwiseDecoder) runs the decode steps of MODE_EARLY_EXIT
@@ -73,6 +75,7 @@ class Engine:
         decode loop (the prefill keeps the thread's default); a dict gives it per
         precision (``MIXED`` and missing keys: the main model's). ``mixed`` (a
         runtime.precision.MixedModel) runs the decode steps of per-layer mixed plans.
+        ``prefill_chunk`` > 0 prefills prompts in chunks of that many tokens (0: one pass).
         """
         self.loaded = loaded
         self.press_for_plan = press_for_plan
@@ -81,6 +84,7 @@ class Engine:
         self.variants = dict(variants or {})
         self.decode_threads = decode_threads
         self.mixed = mixed
+        self.prefill_chunk = prefill_chunk
 
     def threads_for(self, precision: str) -> int:
         """Return the intra-op threads that decode steps at ``precision`` run with (0: as is)."""
@@ -186,56 +190,119 @@ class Engine:
                 step = lane.step({'warm-up': token})['warm-up']
                 token = step.token if step.token is not None else self.pick(step.logits)
 
-    def _prefill(self, ids, cache, plan: Plan, decide: PrefillDecision | None, stats):
-        """Run the prefill under the plan's press, or under the press decided midway."""
+    def _prefill(self, ids, cache, plan: Plan, decide: PrefillDecision | None, stats,
+                 total: int, chunked: bool):
+        """Run a prefill pass under the plan's press, or under the press decided midway.
+
+        The pass holds the prompt's last tokens (the whole prompt, or the last chunk of
+        a ``total``-token one when ``chunked``); only the last position's logits are kept.
+        """
         model = self.loaded.model
+
+        def press_of(chosen: Plan):
+            press = self.press_for_plan(chosen, total) if self.press_for_plan else None
+            if press is not None and chunked:
+                from timebill_ros.runtime.deferred_press import LastChunkPress
+                press = LastChunkPress(press=press)
+            return press
         if decide is None:
-            press = self.press_for_plan(plan, ids.shape[1]) if self.press_for_plan else None
+            press = press_of(plan)
             with press(model) if press is not None else nullcontext():
-                return model(input_ids=ids, past_key_values=cache, use_cache=True), plan
+                return model(input_ids=ids, past_key_values=cache, use_cache=True,
+                             logits_to_keep=1), plan
         from timebill_ros.runtime.deferred_press import DeferredPress
         layers = model.model.layers
         if not 1 <= decide.layer <= len(layers):
             raise ValueError(f'decision layer {decide.layer} outside 1..{len(layers)}')
-        deferred, decided = DeferredPress(), [plan]
+        deferred, decided = DeferredPress(every_pass=chunked), [plan]
 
         def on_layer(module, args, kwargs, output):
             decided[0] = decide.plan_from(output[0] if isinstance(output, tuple) else output)
-            press = self.press_for_plan(decided[0], ids.shape[1]) \
-                if self.press_for_plan else None
-            deferred.decide(press)
+            deferred.decide(press_of(decided[0]))
 
         handle = layers[decide.layer - 1].register_forward_hook(on_layer, with_kwargs=True)
         try:
             with deferred(model):
-                out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+                out = model(input_ids=ids, past_key_values=cache, use_cache=True,
+                            logits_to_keep=1)
         finally:
             handle.remove()
         stats.plan, stats.deferred_layers = decided[0], deferred.deferred_layers
         return out, decided[0]
 
+    def begin_prefill(self, prompt_ids: Sequence[int], plan: Plan,
+                      decide: PrefillDecision | None = None) -> 'TorchPrefill':
+        """Return a prefill of one prompt in ``prefill_chunk``-token chunks (a PrefillRun)."""
+        return TorchPrefill(self, prompt_ids, plan, decide)
+
     def prefill(self, prompt_ids: Sequence[int], plan: Plan,
                 decide: PrefillDecision | None = None, interrupt=None) -> tuple:
         """Prefill one prompt alone under the plan's press; return (cache, logits, stats).
 
-        The prompt runs in one forward pass, so ``interrupt`` (asked between chunks by a
-        chunked prefill) is not asked here.
-
+        ``interrupt()`` is asked between chunks (PrefillInterrupted when it says stop).
         ``logits`` is the last position's row (the first answer token's, before any
         mask); the cache joins a lane. With ``decide`` the plan (and its press) is made
         during prefill from a layer's hidden states; ``stats.plan`` is the plan in force.
         """
-        import torch
+        return finish_prefill(self.begin_prefill(prompt_ids, plan, decide), interrupt)
+
+
+class TorchPrefill:
+    """A prompt prefilled on the torch engine a chunk at a time (runtime.prefill.PrefillRun).
+
+    Earlier chunks only fill the cache; the pass of the last one applies the plan's
+    press to the whole cache and runs the length decision (its layer sees the prompt's
+    last token, which the shipped head reads). A head pooling over the whole prompt
+    (``decide.whole_prompt``) gets one pass. The last chunk holds at least
+    ``LAST_CHUNK_MIN`` tokens when a press may run, for SnapKV's 64-query window.
+    """
+
+    LAST_CHUNK_MIN = 128
+
+    def __init__(self, engine: Engine, prompt_ids: Sequence[int], plan: Plan,
+                 decide: PrefillDecision | None):
+        """Plan the chunks of ``prompt_ids`` under ``plan`` (nothing runs yet)."""
         from transformers import DynamicCache
-        stats = GenerationStats()
+        self.engine, self.ids, self.plan, self.decide = engine, list(prompt_ids), plan, decide
+        self.total, self.tokens_done = len(self.ids), 0
+        chunk = 0 if decide is not None and decide.whole_prompt else engine.prefill_chunk
+        may_press = plan.eviction_ratio > 0.0 or decide is not None
+        self.bounds = chunk_bounds(self.total, chunk, self.LAST_CHUNK_MIN if may_press else 0)
+        self.cache, self.logits, self.stats = DynamicCache(), None, GenerationStats()
+
+    @property
+    def done(self) -> bool:
+        """Tell whether the whole prompt is in the cache."""
+        return self.tokens_done >= self.total
+
+    def advance(self) -> None:
+        """Prefill the next chunk (the last one under the press and the length decision)."""
+        import torch
+        engine = self.engine
+        begin, end = next(b for b in self.bounds if b[0] == self.tokens_done)
         with torch.inference_mode():
-            ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=self.loaded.device)
-            cache = DynamicCache()
-            t0 = self.clock()
-            out, plan = self._prefill(ids, cache, plan, decide, stats)
-            logits = out.logits[0, -1]
-            synchronize(self.loaded.device)
-            stats.prefill_s = self.clock() - t0
-            stats.kv_tokens_after_prefill = cache.get_seq_length()
-        stats.plan = plan
-        return cache, logits, stats
+            ids = torch.tensor([self.ids[begin:end]], dtype=torch.long,
+                               device=engine.loaded.device)
+            t0 = engine.clock()
+            if end < self.total:
+                engine.loaded.model(input_ids=ids, past_key_values=self.cache, use_cache=True,
+                                    logits_to_keep=1)
+            else:
+                out, self.plan = engine._prefill(ids, self.cache, self.plan, self.decide,
+                                                 self.stats, self.total, chunked=begin > 0)
+                self.logits = out.logits[0, -1]
+            synchronize(engine.loaded.device)
+            self.stats.prefill_s += engine.clock() - t0
+        self.tokens_done = end
+
+    def result(self) -> tuple:
+        """Return (cache, first logits, stats) of the finished prefill."""
+        if not self.done:
+            raise RuntimeError(f'prefill not finished ({self.tokens_done} of {self.total})')
+        self.stats.kv_tokens_after_prefill = self.cache.get_seq_length()
+        self.stats.plan = self.plan
+        return self.cache, self.logits, self.stats
+
+    def abandon(self) -> None:
+        """Drop the partial cache."""
+        self.cache = None

@@ -21,9 +21,10 @@ import time
 from typing import Callable, Sequence
 
 from timebill_ros.core.config import LLAMA_FORMATS
-from timebill_ros.core.execution import GenerationStats, PrefillInterrupted
+from timebill_ros.core.execution import GenerationStats
 from timebill_ros.runtime.batch import KeyedLane, LaneStep
 from timebill_ros.runtime.engine import StreamDecoder
+from timebill_ros.runtime.prefill import finish_prefill
 
 # Engine options are named after the engine and the GGUF weight format.
 PREFIX = 'llama.cpp-'
@@ -215,31 +216,18 @@ class LlamaEngine:
         self.tokenizer, self.tokenizer_lock = tokenizer, tokenizer_lock
         self.eos_ids = frozenset(eos_ids)
 
+    def begin_prefill(self, prompt_ids: Sequence[int], plan, decide=None) -> 'LlamaPrefill':
+        """Return a prefill of one prompt in the context's chunks (a PrefillRun)."""
+        if decide is not None:
+            raise ValueError(f'{self.option} cannot plan during prefill (no hidden states)')
+        return LlamaPrefill(self, prompt_ids, plan)
+
     def prefill(self, prompt_ids: Sequence[int], plan, decide=None, interrupt=None) -> tuple:
         """Prefill in chunks, asking ``interrupt()`` between them; return (seq, logits, stats).
 
         Raise PrefillInterrupted when ``interrupt`` says stop (the sequence is freed).
         """
-        if decide is not None:
-            raise ValueError(f'{self.option} cannot plan during prefill (no hidden states)')
-        ids, chunk = list(prompt_ids), self.model.chunk
-        seq_id = self.model.acquire()
-        stats = GenerationStats(plan=plan)
-        start = self.clock()
-        try:
-            for begin in range(0, len(ids), chunk):
-                if begin and interrupt is not None and interrupt():
-                    raise PrefillInterrupted(begin, len(ids))
-                part = ids[begin:begin + chunk]
-                last = begin + len(part) == len(ids)
-                rows = self.model.decode([(token, begin + i, seq_id, last and i == len(part) - 1)
-                                          for i, token in enumerate(part)])
-        except BaseException:
-            self.model.release(seq_id)
-            raise
-        stats.prefill_s = self.clock() - start
-        stats.kv_tokens_after_prefill = len(ids)
-        return LlamaSequence(seq_id), rows[-1], stats
+        return finish_prefill(self.begin_prefill(prompt_ids, plan, decide), interrupt)
 
     def lane_key(self, plan) -> tuple:
         """Return this option's lane."""
@@ -270,6 +258,48 @@ class LlamaEngine:
         for _ in range(tokens - 1):
             token = self.pick(lane.step({'warm-up': token})['warm-up'].logits)
         lane.leave('warm-up')
+
+
+class LlamaPrefill:
+    """A prompt prefilled into one llama.cpp sequence a chunk (``n_batch``) at a time."""
+
+    def __init__(self, engine: LlamaEngine, prompt_ids: Sequence[int], plan):
+        """Take a sequence of the engine's context for ``prompt_ids``."""
+        self.engine, self.ids = engine, list(prompt_ids)
+        self.total, self.tokens_done, self.logits = len(self.ids), 0, None
+        self.seq_id = engine.model.acquire()
+        self.stats = GenerationStats(plan=plan)
+
+    @property
+    def done(self) -> bool:
+        """Tell whether the whole prompt is in the sequence."""
+        return self.tokens_done >= self.total
+
+    def advance(self) -> None:
+        """Decode the next chunk (logits of the prompt's last token only)."""
+        begin, model = self.tokens_done, self.engine.model
+        part = self.ids[begin:begin + model.chunk]
+        last = begin + len(part) == self.total
+        t0 = self.engine.clock()
+        rows = model.decode([(token, begin + i, self.seq_id, last and i == len(part) - 1)
+                             for i, token in enumerate(part)])
+        self.stats.prefill_s += self.engine.clock() - t0
+        self.tokens_done = begin + len(part)
+        if last:
+            self.logits = rows[-1]
+
+    def result(self) -> tuple:
+        """Return (the sequence, first logits, stats) of the finished prefill."""
+        if not self.done:
+            raise RuntimeError(f'prefill not finished ({self.tokens_done} of {self.total})')
+        self.stats.kv_tokens_after_prefill = self.total
+        return LlamaSequence(self.seq_id), self.logits, self.stats
+
+    def abandon(self) -> None:
+        """Free the sequence's KV cells."""
+        if self.seq_id is not None:
+            self.engine.model.release(self.seq_id)
+            self.seq_id = None
 
 
 def _ids(n: int, seed: int) -> list:

@@ -12,6 +12,7 @@ from timebill_ros.core.profile import Profile
 from timebill_ros.core.timing import (
     ape, fewest_threads, fit_batch, fit_decode, fit_prefill, mape, TimingModel)
 from timebill_ros.runtime.model import intra_op_threads, LoadedModel, synchronize
+from timebill_ros.runtime.prefill import chunk_bounds
 
 
 @dataclass(frozen=True)
@@ -42,11 +43,14 @@ def _ids(loaded: LoadedModel, n: int, seed: int):
 
 
 def time_prefill_grid(loaded: LoadedModel, lengths: Sequence[int], repeats: int,
-                      warmup: int = 1, progress: Callable[[], None] = lambda: None) -> dict:
+                      warmup: int = 1, progress: Callable[[], None] = lambda: None,
+                      chunk: int = 0) -> dict:
     """Return {n: median prefill seconds}, visiting the lengths round-robin.
 
     Interleaving the repeats spreads slow drifts of the machine (thermal state,
     neighbours) over all lengths instead of biasing whichever length ran then.
+    Each prefill runs as the engine runs it: in ``chunk``-token passes (0: one), the
+    last position's logits only.
     """
     import torch
     from transformers import DynamicCache
@@ -56,8 +60,10 @@ def time_prefill_grid(loaded: LoadedModel, lengths: Sequence[int], repeats: int,
         for r in range(warmup + repeats):
             for n in lengths:
                 t0 = time.monotonic()
-                out = loaded.model(input_ids=ids[n], past_key_values=DynamicCache(),
-                                   use_cache=True)
+                cache = DynamicCache()
+                for begin, end in chunk_bounds(n, chunk):
+                    out = loaded.model(input_ids=ids[n][:, begin:end], past_key_values=cache,
+                                       use_cache=True, logits_to_keep=1)
                 int(out.logits[0, -1].argmax())
                 if r >= warmup:
                     times[n].append(time.monotonic() - t0)
@@ -179,12 +185,12 @@ def batch_profile(loaded: LoadedModel, max_batch: int, decode_threads: int = 0) 
 
 
 def calibrate(loaded: LoadedModel, grid: Grid = Grid(), progress: bool = True,
-              decode_threads: int = 0, max_batch: int = 1) -> Profile:
+              decode_threads: int = 0, max_batch: int = 1, prefill_chunk: int = 0) -> Profile:
     """Measure, fit, evaluate on held-out lengths and return the profile.
 
     ``decode_threads`` > 0 times decode steps with that many intra-op threads, as the
     engine runs them. ``max_batch`` > 1 also profiles batched steps of 1..max_batch
-    sequences (``time_batch_steps``).
+    sequences (``time_batch_steps``). ``prefill_chunk``: the engine's prefill chunk.
     """
     import torch
     import transformers
@@ -193,7 +199,7 @@ def calibrate(loaded: LoadedModel, grid: Grid = Grid(), progress: bool = True,
     bar = tqdm(total=grid.warmup + grid.repeats + 1, desc='calibrating', unit='pass',
                disable=not progress)
     prefill = time_prefill_grid(loaded, lengths, grid.repeats, grid.warmup,
-                                lambda: bar.update(1))
+                                lambda: bar.update(1), prefill_chunk)
     with intra_op_threads(decode_threads):
         decode = time_decode_steps(loaded, (*grid.decode_fit, *grid.decode_heldout),
                                    grid.decode_steps, grid.repeats)

@@ -288,8 +288,11 @@ class Admission:
         another batch than it planned for. Raise Rejection when that re-plan refuses it.
         """
         if self.predicts_in_prefill(pipeline, job.request):
-            return job.plan, PrefillDecision(self.server.predictor.prefill_layer,
-                                             self._plan_in_prefill(pipeline, job, timing))
+            predictor = self.server.predictor
+            pooling = getattr(getattr(predictor, 'featurizer', None), 'pooling', 'last')
+            return job.plan, PrefillDecision(predictor.prefill_layer,
+                                             self._plan_in_prefill(pipeline, job, timing),
+                                             whole_prompt=pooling != 'last')
         waited = job.clock.elapsed() - job.expected_wait_s
         if abs(waited) <= REPLAN_AFTER_S and batch == job.expected_batch:
             return job.plan, None

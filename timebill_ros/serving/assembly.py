@@ -104,7 +104,7 @@ class Assembly:
         """Return a new engine over the model and its resident variants."""
         return Engine(self.loaded, press_for_plan, exit_decoder=exit_decoder,
                       variants=self.variants, decode_threads=dict(self.decode_threads),
-                      mixed=self.mixed)
+                      mixed=self.mixed, prefill_chunk=self.config.prefill_chunk)
 
     @property
     def low_precision(self) -> str:
@@ -289,7 +289,8 @@ class Assembly:
             profile = calibrate(loaded, QUICK if quick else Grid(), progress=False,
                                 decode_threads=self.threads(loaded),
                                 max_batch=self.config.max_batch
-                                if loaded is self.loaded else 1)
+                                if loaded is self.loaded else 1,
+                                prefill_chunk=self.config.prefill_chunk)
         try:
             profile.save(path)
             where = f'saved {path}'

@@ -2,10 +2,10 @@
 
 ``runtime.engine.Engine`` is the local torch backend and
 ``runtime.llama_engine.LlamaEngine`` a GGUF variant on llama.cpp (``serving.resident``
-routes plans between them). A backend prefills one prompt (whole, or in chunks with an
-interrupt check between them), hands out lanes that decode several sequences one step at a
-time, returns logits before the token is
-picked (so a step hook may mask them), and names the KV operations it offers in
+routes plans between them). A backend prefills a prompt in chunks (``begin_prefill``:
+the loop advances it between other goals' steps and may stop it between chunks), hands
+out lanes that decode several sequences one step at a time, returns logits before the
+token is picked (so a step hook may mask them), and names the KV operations it offers in
 ``capabilities`` ('evict', 'prefill_decision', 'move', 'early_exit', 'precision',
 'logits'), so the planner and the loop use only what the engine can do.
 """
@@ -58,6 +58,10 @@ class Backend(Protocol):
         A prefill in chunks asks ``interrupt()`` between them and raises
         core.execution.PrefillInterrupted when it says stop.
         """
+
+    def begin_prefill(self, prompt_ids: Sequence[int], plan: Plan,
+                      decide: PrefillDecision | None = None):
+        """Return a prefill the loop advances a chunk at a time (runtime.prefill.PrefillRun)."""
 
     def lane_key(self, plan: Plan) -> tuple:
         """Return the lane a plan decodes in."""

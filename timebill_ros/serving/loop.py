@@ -1,12 +1,14 @@
 """The one decode loop: every goal, alone or batched, at any precision, runs here.
 
-A goal alone is a batch of one. Each iteration takes waiting goals in at a token
-boundary (``refill``: their prefill, today whole; the place a chunked prefill will
-interleave), lets the step hooks act (the precision switch; grammar masks and
-deadline checks belong here too), then steps every lane once: one lane per
-precision, per-layer mix or early exit (runtime lanes, from the backend). Every
-token goes through ``Member.emit`` (end of answer, the goal's own stop rule: its
-deadline policy, cancel and feedback, ``max_new_tokens``).
+A goal alone is a batch of one. Each round takes waiting goals in at a token
+boundary (``refill``), prefills one chunk of the oldest goal still prefilling (its
+rules are asked first: Kill and cancel stop it between chunks), lets the step hooks
+act (the precision switch; grammar masks and deadline checks belong here too), then
+steps every lane once: one lane per precision, per-layer mix or early exit (runtime
+lanes, from the backend). So a long prompt never stalls the goals already decoding:
+their steps interleave with its chunks. Every token goes through ``Member.emit`` (end
+of answer, the goal's own stop rule: its deadline policy, cancel and feedback,
+``max_new_tokens``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
-from timebill_ros.core.execution import GenerationStats, PrefillDecision, TokenEvent
+from timebill_ros.core.execution import (
+    GenerationStats, PrefillDecision, PrefillInterrupted, TokenEvent)
 from timebill_ros.core.planning import Fallback, Plan
 from timebill_ros.serving.backend import Backend, FULL_LANE
 
@@ -124,17 +127,19 @@ class DecodeLoop:
         self.backend, self.capacity, self.hooks = backend, capacity, tuple(hooks)
         self.on_step = on_step
         self.members: dict = {}  # key -> Member
+        self.prefilling: list = []  # [Member, its PrefillRun], oldest first
         self.lanes: dict = {}  # lane key -> lane
         self.last_step: dict = {}  # lane key -> its last step's seconds
         self._threads, self._threads_key = ExitStack(), None
 
     def decoding(self) -> int:
-        """Count the goals decoding."""
-        return len(self.members)
+        """Count the goals in the loop: decoding, and prefilling (each will hold a place)."""
+        return len(self.members) + len(self.prefilling)
 
     def closed(self) -> bool:
         """Tell whether no goal may join now: a Skip-Next goal or an exclusive lane runs."""
-        return any(m.run.closes_batch for m in self.members.values()) or any(
+        runs = [m.run for m in self.members.values()] + [m.run for m, _ in self.prefilling]
+        return any(run.closes_batch for run in runs) or any(
             lane.exclusive and len(lane) for lane in self.lanes.values())
 
     def longest_cache(self) -> int:
@@ -150,28 +155,60 @@ class DecodeLoop:
         """
         try:
             refill(self)
-            while self.members:
+            while self.members or self.prefilling:
                 while self.decoding() < self.capacity and not self.closed():
                     if not refill(self):
                         break
-                for hook in self.hooks:
-                    hook.before_round(self)
-                self._round()
+                if self.prefilling:
+                    self._prefill_chunk()
+                if self.members:
+                    for hook in self.hooks:
+                        hook.before_round(self)
+                    self._round()
         finally:
+            for member, prefill in self.prefilling:
+                prefill.abandon()
             self._threads.close()
 
     def start(self, member: Member, prompt_ids: Sequence[int], plan: Plan,
               decide: PrefillDecision | None = None) -> None:
-        """Prefill a goal and take it in at this token boundary (its first token streamed).
+        """Begin a goal's prefill; it joins a lane when its last chunk ran.
 
         With ``decide`` the plan is made during prefill; ``member.run.plan`` becomes
         the plan in force. A failure (or a refusal in prefill) ends the goal.
         """
-        backend = self.backend
+        try:
+            prefill = self.backend.begin_prefill(prompt_ids, plan, decide)
+        except Exception as exc:  # noqa: BLE001 - any engine failure ends the goal
+            member.end(member.run.failed(exc))
+            return
+        self.prefilling.append([member, prefill])
+
+    def _prefill_chunk(self) -> None:
+        """Prefill the next chunk of the oldest prefilling goal, unless its rules stop it."""
+        member, prefill = self.prefilling[0]
         self._threads.close()  # a prefill runs with the thread's own setting
         self._threads_key = None
         try:
-            cache, logits, stats = backend.prefill(prompt_ids, plan, decide, member.run.interrupt)
+            if prefill.tokens_done and member.run.interrupt():
+                raise PrefillInterrupted(prefill.tokens_done, prefill.total)
+            prefill.advance()
+            if not prefill.done:
+                return
+            cache, logits, stats = prefill.result()
+        except Exception as exc:  # noqa: BLE001 - any engine failure ends the goal
+            self.prefilling.pop(0)
+            prefill.abandon()
+            member.end(member.run.failed(exc))
+            return
+        self.prefilling.pop(0)
+        self._take_in(member, cache, logits, stats, prefill.total)
+
+    def _take_in(self, member: Member, cache, logits, stats: GenerationStats,
+                 prompt_tokens: int) -> None:
+        """Stream a prefilled goal's first token and put it in its lane."""
+        backend = self.backend
+        try:
             member.run.plan = stats.plan
             member.stats, member.text = stats, backend.stream()
             member.lane = backend.lane_key(stats.plan)
@@ -179,11 +216,11 @@ class DecodeLoop:
         except Exception as exc:  # noqa: BLE001 - any engine failure ends the goal
             member.end(member.run.failed(exc))
             return
-        stats.batch_peak = max(stats.batch_peak, self.decoding() + 1)
+        stats.batch_peak = max(stats.batch_peak, len(self.members) + 1)
         if not member.emit(self._pick(member, logits), backend.eos_ids, backend.clock()):
             member.end(member.run.finish(stats))
             return
-        lane.join(member.key, cache, len(prompt_ids))
+        lane.join(member.key, cache, prompt_tokens)
         self.members[member.key] = member
 
     def move(self, member: Member, lane_key: tuple) -> None:
@@ -206,6 +243,10 @@ class DecodeLoop:
         """End every goal in the loop as failed (the loop itself broke)."""
         for member in list(self.members.values()):
             del self.members[member.key]
+            member.end(member.run.failed(exc))
+        prefilling, self.prefilling = self.prefilling, []
+        for member, prefill in prefilling:
+            prefill.abandon()
             member.end(member.run.failed(exc))
         self.lanes.clear()
 
@@ -258,7 +299,7 @@ class DecodeLoop:
         self.last_step[key] = step_s
         if self.on_step is not None:
             self.on_step(key, size, total_kv, step_s)
-        peak = self.decoding()
+        peak = len(self.members)
         for k, step in steps.items():
             member = self.members[k]
             stats = member.stats

@@ -47,6 +47,10 @@ class ResidentEngines:
         """Prefill on the plan's engine; return (cache, logits, stats)."""
         return self._of_plan(plan).prefill(prompt_ids, plan, decide, interrupt)
 
+    def begin_prefill(self, prompt_ids: Sequence[int], plan: Plan, decide=None):
+        """Begin a chunked prefill on the plan's engine (a runtime.prefill.PrefillRun)."""
+        return self._of_plan(plan).begin_prefill(prompt_ids, plan, decide)
+
     def lane_key(self, plan: Plan) -> tuple:
         """Return the lane of the plan's engine (keyed by the option for another engine)."""
         return self._of_plan(plan).lane_key(plan)

@@ -1,0 +1,85 @@
+"""A chunked prefill leaves the cache, logits, press and length decision one pass leaves."""
+
+import pytest
+
+from timebill_ros.core.execution import PrefillDecision, PrefillInterrupted
+from timebill_ros.core.planning import Plan
+from timebill_ros.runtime.prefill import chunk_bounds
+
+torch = pytest.importorskip('torch')
+pytest.importorskip('kvpress')
+
+from timebill_ros.runtime.engine import Engine  # noqa: E402
+from timebill_ros.runtime.model import load_model, prompt_ids  # noqa: E402
+from timebill_ros.runtime.presses import press_for_plan  # noqa: E402
+
+
+def test_chunk_bounds_cover_the_prompt_and_keep_a_long_enough_last_chunk():
+    assert chunk_bounds(10, 0) == [(0, 10)] and chunk_bounds(10, 16) == [(0, 10)]
+    assert chunk_bounds(10, 4) == [(0, 4), (4, 8), (8, 10)]
+    # A press needs its window in the last chunk: the short tail joins the chunk before.
+    assert chunk_bounds(10, 4, last_at_least=3) == [(0, 4), (4, 10)]
+    assert chunk_bounds(10, 4, last_at_least=20) == [(0, 10)]
+    with pytest.raises(ValueError):
+        chunk_bounds(0, 4)
+
+
+@pytest.fixture(scope='module')
+def tiny():
+    return load_model('tiny-random')
+
+
+def caches_equal(a, b, atol=1e-5):
+    same = [torch.allclose(x.keys, y.keys, atol=atol) and
+            torch.allclose(x.values, y.values, atol=atol) for x, y in zip(a.layers, b.layers)]
+    return a.get_seq_length() == b.get_seq_length() and all(same)
+
+
+def prefill(tiny, ids, plan, chunk, decide=None):
+    return Engine(tiny, press_for_plan, prefill_chunk=chunk).prefill(ids, plan, decide)
+
+
+def test_chunks_leave_the_cache_and_logits_of_one_pass(tiny):
+    ids = prompt_ids(tiny.tokenizer, 'Where is the dock?', 'shelf aisle bay ' * 40)
+    whole, logits, stats = prefill(tiny, ids, Plan(), 0)
+    chunked, chunk_logits, chunk_stats = prefill(tiny, ids, Plan(), 32)
+    assert len(ids) > 64 and caches_equal(whole, chunked)
+    assert torch.allclose(logits, chunk_logits, atol=1e-4)
+    assert int(logits.argmax()) == int(chunk_logits.argmax())
+    assert chunk_stats.kv_tokens_after_prefill == stats.kv_tokens_after_prefill == len(ids)
+
+
+@pytest.mark.parametrize('name', ['snapkv', 'knorm', 'streamingllm'])
+def test_a_press_scores_the_whole_cache_after_the_last_chunk(tiny, name):
+    ids = prompt_ids(tiny.tokenizer, 'Summarise.', 'alpha beta gamma delta ' * 60)
+    plan = Plan(eviction_ratio=0.5, press=name)
+    whole, _, _ = prefill(tiny, ids, plan, 0)
+    chunked, _, _ = prefill(tiny, ids, plan, 48)
+    assert whole.get_seq_length() < len(ids)
+    assert caches_equal(whole, chunked)  # the same positions kept, in the same order
+
+
+def test_the_length_decision_reads_the_last_chunk_and_its_press_applies(tiny):
+    ids = prompt_ids(tiny.tokenizer, 'Summarise.', 'word ' * 300)
+    seen, evict = [], Plan(eviction_ratio=0.5, press='snapkv')
+
+    def plan_from(hidden):
+        seen.append(hidden[0, -1].clone())
+        return evict
+    whole, _, stats = prefill(tiny, ids, Plan(), 0, PrefillDecision(1, plan_from))
+    chunked, _, chunk_stats = prefill(tiny, ids, Plan(), 64, PrefillDecision(1, plan_from))
+    assert torch.allclose(seen[0], seen[1], atol=1e-5)  # the last token's state
+    assert stats.plan == chunk_stats.plan == evict
+    assert caches_equal(whole, chunked)
+
+
+def test_interrupt_is_asked_between_chunks_only(tiny):
+    ids = prompt_ids(tiny.tokenizer, 'Where?', 'word ' * 100)
+    engine, asked = Engine(tiny, press_for_plan, prefill_chunk=32), []
+
+    def interrupt():
+        asked.append(True)
+        return len(asked) >= 2
+    with pytest.raises(PrefillInterrupted) as stopped:
+        engine.prefill(ids, Plan(), interrupt=interrupt)
+    assert stopped.value.done == 64 and stopped.value.total == len(ids)
