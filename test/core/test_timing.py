@@ -213,3 +213,15 @@ def test_fewest_threads_takes_the_fastest_unless_fewer_are_nearly_as_fast():
     assert fewest_threads({1: 0.0300, 2: 0.0330}, keep=4) == 1  # not probed: ignored
     with pytest.raises(ValueError):
         fewest_threads({})
+
+
+def test_a_cached_prefix_leaves_only_the_rest_of_the_prompt_to_prefill():
+    from timebill_ros.core.timing import CachedPrefixTiming, with_cached_prefix
+    model = TimingModel(1e-6, 1e-3, 0.05, 1e-5, 0.02)
+    assert with_cached_prefix(model, 0) is model
+    cached = with_cached_prefix(model, 1000)
+    assert isinstance(cached, CachedPrefixTiming) and cached.step(100) == model.step(100)
+    # The rest's share of both terms, and the fixed cost of a prefill.
+    assert cached.prefill(1200) == pytest.approx(1e-6 * (1200 ** 2 - 1000 ** 2) + 0.2 + 0.05)
+    assert cached.prefill(500) == pytest.approx(model.c + 1e-6 * (500 ** 2 - 499 ** 2) + 1e-3)
+    assert cached.wcet(1200, 0.0, 10) < model.wcet(1200, 0.0, 10)

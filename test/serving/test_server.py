@@ -683,3 +683,25 @@ def test_the_length_predictor_is_skipped_when_its_cost_would_eat_the_budget(
         assert server.admission.predict_s < 1.0  # the run just measured joins the mean
     finally:
         server.stop(timeout_s=30.0)
+
+
+def test_a_repeated_context_is_prefilled_once_and_planned_as_cached(
+        loaded, tmp_path, synthetic_profile):
+    server = profiled_server(loaded, tmp_path, synthetic_profile, 'edf', prefill_chunk=64)
+    context = 'Dock 3 is free. Forklift 7 charges at bay 2. Aisle 9 is blocked. ' * 20
+    try:
+        results = []
+        questions = ('Which aisle is blocked?', 'Where does forklift 7 charge?')
+        for key, question in enumerate(questions):
+            job = server.admit(GoalSpec(question, context=context, budget_s=60.0,
+                                        max_new_tokens=4), f'q{key}')
+            server.submit(job)
+            wait_all([job])
+            results.append(job)
+        first, second = results
+        assert first.prefix_tokens == 0 and first.result.prefix_tokens == 0
+        assert second.prefix_tokens >= 32 and second.result.prefix_tokens >= second.prefix_tokens
+        assert 'prompt tokens in the prefix cache' in second.result.plan.note
+        assert second.result.outcome == Outcome.COMPLETED
+    finally:
+        server.stop(timeout_s=30.0)

@@ -149,6 +149,10 @@ PARAMS = (
     Param('prefill_chunk', 128, 'Prompt tokens per torch prefill pass: between chunks a goal '
           'past its deadline (Kill) or canceled stops, and the goals already decoding take '
           'a step. 0: the whole prompt in one pass (not interruptible).', 0, 65536),
+    Param('prefix_cache_mb', 512, 'Memory for prompt prefixes kept across goals (the torch '
+          "engine's keys and values, in blocks of 32 tokens, least recently used out first): "
+          'a goal whose prompt starts like an earlier one (the same scene, map or log '
+          'context) prefills only the rest. 0: off.', 0, 1048576),
     Param('llama_context', 8192, 'KV cells of each llama.cpp option, shared by its max_batch '
           'sequences.', 256, 262144),
     Param('length_predictor_max_tokens', 256, 'Longest input the length predictor reads; '
@@ -234,6 +238,7 @@ class NodeConfig:
     llama_threads: int = 0
     llama_chunk: int = 64
     prefill_chunk: int = 128
+    prefix_cache_mb: int = 512
     llama_context: int = 8192
     length_predictor_max_tokens: int = 256
     length_predictor_in_prefill: bool = True

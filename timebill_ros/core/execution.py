@@ -34,6 +34,7 @@ class GenerationStats:
     tokens: int = 0
     stop: str = ''
     kv_tokens_after_prefill: int = 0
+    prefix_tokens: int = 0  # prompt tokens reused from the prefix cache (not prefilled)
     # Per decode step under early exit: 'full', 'threshold' or 'forced'.
     exit_kinds: list = field(default_factory=list)
     # Set when the plan was made during prefill (PrefillDecision).
@@ -96,6 +97,7 @@ class JobResult:
     switched_at: int = -1
     switched_to: str = ''
     batch_peak: int = 1
+    prefix_tokens: int = 0  # prompt tokens the prefix cache supplied (not prefilled)
 
 
 # (token, elapsed, remaining, plan in force)
@@ -216,7 +218,8 @@ class JobRun:
             e2e_s=self.clock.elapsed(finished), step_times=tuple(stats.step_times),
             plan=self.plan, kv_tokens=stats.kv_tokens_after_prefill,
             exit_kinds=tuple(stats.exit_kinds), switched_at=stats.switched_at,
-            switched_to=stats.switched_to, batch_peak=stats.batch_peak)
+            switched_to=stats.switched_to, batch_peak=stats.batch_peak,
+            prefix_tokens=stats.prefix_tokens)
 
 
 def _reason(outcome: Outcome, met: bool, stats: GenerationStats, slack: float) -> str:

@@ -52,6 +52,29 @@ class TimingModel:
         return self.prefill(n_x) + t_predict + self.decode((1.0 - alpha) * n_x, worst_tokens)
 
 
+@dataclass(frozen=True)
+class CachedPrefixTiming(TimingModel):
+    """The ETE of a prompt whose first ``cached`` tokens come from the prefix cache.
+
+    Only the rest is prefilled: its share of the quadratic and linear terms, plus the
+    fixed cost of a prefill.
+    """
+
+    cached: int = 0
+
+    def prefill(self, n_x: float) -> float:
+        """Estimate the prefill of the uncached part of an ``n_x``-token prompt."""
+        m = min(float(self.cached), max(0.0, n_x - 1.0))
+        return self.a * (n_x * n_x - m * m) + self.b * (n_x - m) + self.c
+
+
+def with_cached_prefix(model: TimingModel, cached: int) -> TimingModel:
+    """Return ``model`` for a prompt whose first ``cached`` tokens need no prefill."""
+    if cached <= 0:
+        return model
+    return CachedPrefixTiming(model.a, model.b, model.c, model.p, model.q, int(cached))
+
+
 def worst_case_tokens(predicted: int, factor: float, n_max: int) -> int:
     """Return N_W = min(N_max, ceil(k * N_hat)), at least one token."""
     if factor < 1.0 or not math.isfinite(factor):

@@ -65,7 +65,7 @@ class Engine:
     def __init__(self, loaded: LoadedModel, press_for_plan: PressFactory | None = None,
                  clock: Callable[[], float] = time.monotonic, exit_decoder=None,
                  variants: dict | None = None, decode_threads: int | dict = 0, mixed=None,
-                 prefill_chunk: int = 0):
+                 prefill_chunk: int = 0, prefix_cache=None):
         """Wrap a loaded model; ``press_for_plan`` returns a kvpress press or None.
 
         ``exit_decoder`` (a LayerwiseDecoder) runs the decode steps of MODE_EARLY_EXIT
@@ -76,6 +76,7 @@ class Engine:
         precision (``MIXED`` and missing keys: the main model's). ``mixed`` (a
         runtime.precision.MixedModel) runs the decode steps of per-layer mixed plans.
         ``prefill_chunk`` > 0 prefills prompts in chunks of that many tokens (0: one pass).
+        ``prefix_cache`` (a runtime.prefix_cache.PrefixCache) reuses prompt prefixes.
         """
         self.loaded = loaded
         self.press_for_plan = press_for_plan
@@ -85,6 +86,7 @@ class Engine:
         self.decode_threads = decode_threads
         self.mixed = mixed
         self.prefill_chunk = prefill_chunk
+        self.prefix_cache = prefix_cache
 
     def threads_for(self, precision: str) -> int:
         """Return the intra-op threads that decode steps at ``precision`` run with (0: as is)."""
@@ -230,6 +232,12 @@ class Engine:
         stats.plan, stats.deferred_layers = decided[0], deferred.deferred_layers
         return out, decided[0]
 
+    def cached_prefix(self, prompt_ids: Sequence[int]) -> int:
+        """Return how many of a prompt's first tokens the prefix cache holds now."""
+        if self.prefix_cache is None:
+            return 0
+        return self.prefix_cache.match(prompt_ids, len(prompt_ids) - 1)
+
     def begin_prefill(self, prompt_ids: Sequence[int], plan: Plan,
                       decide: PrefillDecision | None = None) -> 'TorchPrefill':
         """Return a prefill of one prompt in ``prefill_chunk``-token chunks (a PrefillRun)."""
@@ -264,11 +272,32 @@ class TorchPrefill:
         """Plan the chunks of ``prompt_ids`` under ``plan`` (nothing runs yet)."""
         from transformers import DynamicCache
         self.engine, self.ids, self.plan, self.decide = engine, list(prompt_ids), plan, decide
-        self.total, self.tokens_done = len(self.ids), 0
+        self.total = len(self.ids)
         chunk = 0 if decide is not None and decide.whole_prompt else engine.prefill_chunk
         may_press = plan.eviction_ratio > 0.0 or decide is not None
-        self.bounds = chunk_bounds(self.total, chunk, self.LAST_CHUNK_MIN if may_press else 0)
+        last_min = self.LAST_CHUNK_MIN if may_press else 0
         self.cache, self.logits, self.stats = DynamicCache(), None, GenerationStats()
+        self.tokens_done = self._reuse(engine.prefix_cache, max(1, last_min))
+        self.stats.prefix_tokens = self.tokens_done
+        self.bounds = [(self.tokens_done + b, self.tokens_done + e) for b, e in
+                       chunk_bounds(self.total - self.tokens_done, chunk, last_min)]
+        self.may_press = may_press
+
+    def _reuse(self, prefix_cache, keep: int) -> int:
+        """Fill the cache from the longest stored prefix leaving ``keep`` tokens; return it."""
+        if prefix_cache is None:
+            return 0
+        reused, layers = prefix_cache.take(self.ids, self.total - keep)
+        for index, (keys, values) in enumerate(layers or ()):
+            self.cache.update(keys, values, index)
+        return reused
+
+    def _store(self, upto: int) -> None:
+        """Keep the uncompressed blocks of the first ``upto`` prompt tokens for later goals."""
+        prefix_cache = self.engine.prefix_cache
+        if prefix_cache is not None and upto >= prefix_cache.block_tokens:
+            prefix_cache.store(self.ids, [(layer.keys, layer.values)
+                                          for layer in self.cache.layers], upto)
 
     @property
     def done(self) -> bool:
@@ -288,9 +317,13 @@ class TorchPrefill:
                 engine.loaded.model(input_ids=ids, past_key_values=self.cache, use_cache=True,
                                     logits_to_keep=1)
             else:
+                if self.may_press:
+                    self._store(begin)  # before a press compresses the cache
                 out, self.plan = engine._prefill(ids, self.cache, self.plan, self.decide,
                                                  self.stats, self.total, chunked=begin > 0)
                 self.logits = out.logits[0, -1]
+                if not self.may_press:
+                    self._store(self.total)
             synchronize(engine.loaded.device)
             self.stats.prefill_s += engine.clock() - t0
         self.tokens_done = end

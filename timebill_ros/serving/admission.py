@@ -19,6 +19,7 @@ from timebill_ros.core.planning import PENDING, Plan, TimeBillPlanner
 from timebill_ros.core.request import (
     check_prompt_fits, Mode, OverrunPolicy, Rejection, validate)
 from timebill_ros.core.scheduling import slot_starts
+from timebill_ros.core.timing import with_cached_prefix
 from timebill_ros.runtime.model import prompt_ids
 from timebill_ros.serving.jobs import Job
 
@@ -61,12 +62,16 @@ class Admission:
                                                 clock.remaining())  # outside the lock
         job = Job(key=key, request=request, prompt_ids=ids, clock=clock, plan=Plan(
             prompt_tokens=len(ids), predicted_tokens=known or 0,
-            predictor='' if known else PENDING), spread=spread)
+            predictor='' if known else PENDING), spread=spread,
+            prefix_tokens=getattr(pipeline.engine, 'cached_prefix', lambda ids: 0)(ids))
         with dispatch.lock:
             dispatch.check_room_locked()
             self._plan_in_queue(job, pipeline, known, pending)
             if how:
                 job.plan = noted(job.plan, how)
+            if job.prefix_tokens:
+                job.plan = noted(job.plan, f'{job.prefix_tokens} of {len(ids)} prompt tokens '
+                                           'in the prefix cache')
             if reserve:
                 dispatch.held[key] = job
         if pending and not reserve:
@@ -183,7 +188,8 @@ class Admission:
         try:
             return pipeline.planner.plan(job.request, len(job.prompt_ids),
                                          job.clock.remaining() - wait, known,
-                                         pending=pending, timing=timing, spread=job.spread)
+                                         pending=pending, timing=cached(pipeline, job, timing),
+                                         spread=job.spread)
         except Rejection as exc:
             where = [f'after an expected {wait:.2f} s wait behind {ahead} goals'] \
                 if wait > 0.0 else []
@@ -302,7 +308,8 @@ class Admission:
         try:
             plan = pipeline.planner.plan(job.request, len(job.prompt_ids),
                                          job.clock.remaining(),
-                                         job.plan.predicted_tokens or None, timing=timing,
+                                         job.plan.predicted_tokens or None,
+                                         timing=cached(pipeline, job, timing),
                                          spread=job.spread)
         except Rejection as exc:
             raise Rejection(f'after {job.clock.elapsed():.3f} s in queue: {exc.reason}',
@@ -318,7 +325,8 @@ class Admission:
         def plan_from(hidden) -> Plan:
             predicted = predictor.predict_from_hidden(hidden, request)
             try:
-                plan = pipeline.planner.plan(request, n_prompt, left, predicted, timing=timing)
+                plan = pipeline.planner.plan(request, n_prompt, left, predicted,
+                                             timing=cached(pipeline, job, timing))
             except Rejection as exc:
                 # Only alone: in a batch its steps would slow the running goals.
                 if timing is not None or exc.plan is None or not self._best_effort_now(request):
@@ -334,6 +342,13 @@ class Admission:
         if not self.config.idle_best_effort or request.policy != OverrunPolicy.KILL:
             return False
         return self.server.dispatch.waiting() == 0
+
+
+def cached(pipeline, job: Job, timing):
+    """Return the ETE to plan a goal with: its prefix-cached tokens need no prefill."""
+    if not job.prefix_tokens or not isinstance(pipeline.planner, TimeBillPlanner):
+        return timing
+    return with_cached_prefix(timing or pipeline.planner.timing(), job.prefix_tokens)
 
 
 def on_torch_for_sure(planner, request) -> bool:

@@ -25,12 +25,16 @@ from timebill_ros.runtime.early_exit import LayerwiseDecoder, measure_layer_time
 from timebill_ros.runtime.engine import Engine
 from timebill_ros.runtime.model import cache_root, ModelLoadError, precision_variant
 from timebill_ros.runtime.precision import unit_times
+from timebill_ros.runtime.prefix_cache import PrefixCache
 from timebill_ros.runtime.presses import press_for_plan
 from timebill_ros.runtime.profiler import batch_profile, calibrate, fastest_threads, Grid, QUICK
 from timebill_ros.serving import artifacts
 from timebill_ros.serving.artifacts import Log
 from timebill_ros.serving.engine_options import describe_regime, llama_engines, option_profile
 from timebill_ros.serving.resident import ResidentEngines
+
+# Prompt tokens per prefix-cache block: a shared context is reused up to its last whole block.
+PREFIX_BLOCK = 32
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,9 @@ class Assembly:
         """
         self.config, self.loaded, self.log = config, loaded, log
         self.model_lock = threading.Lock()
+        # Prompt prefixes of the torch engine, kept across goals (and across re-profiling).
+        self.prefix_cache = PrefixCache(PREFIX_BLOCK, config.prefix_cache_mb * 2 ** 20) \
+            if config.prefix_cache_mb else None
         self.profile_path = Path(config.profile) if config.profile else default_path(
             cache_root(), loaded.name, loaded.device, loaded.dtype)
         # probed: precision -> {threads: step s}, timed while building the copy (int8 pick).
@@ -104,7 +111,8 @@ class Assembly:
         """Return a new engine over the model and its resident variants."""
         return Engine(self.loaded, press_for_plan, exit_decoder=exit_decoder,
                       variants=self.variants, decode_threads=dict(self.decode_threads),
-                      mixed=self.mixed, prefill_chunk=self.config.prefill_chunk)
+                      mixed=self.mixed, prefill_chunk=self.config.prefill_chunk,
+                      prefix_cache=self.prefix_cache)
 
     @property
     def low_precision(self) -> str:

@@ -56,6 +56,8 @@ class Job:
     expected_timing: object = None  # the ETE of that batch (None: decoding alone)
     # The length distribution planned on when the predictor was skipped (recent answers).
     spread: object = None
+    # Prompt tokens the torch engine's prefix cache held at admission (planned as free).
+    prefix_tokens: int = 0
 
     def waiting(self) -> Waiting:
         """Return what a scheduler orders this job by.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import replace
 import threading
 
 from timebill_ros.core.execution import JobResult
@@ -125,11 +126,22 @@ def _modelled_steps(result: JobResult) -> bool:
 
 
 def learn_timing(pipeline, job, result: JobResult) -> tuple:
-    """Compare the ETE with what ran, then refit it online; return (estimate, error %)."""
+    """Compare the ETE with what ran, then refit it online; return (estimate, error %).
+
+    A goal whose prompt came partly from the prefix cache teaches its decode steps only
+    (its prefill covered part of the prompt), and its ETE error is not counted.
+    """
+    estimate, error = _learn_timing(pipeline, job, result)
+    return (0.0, 0.0) if result.prefix_tokens else (estimate, error)
+
+
+def _learn_timing(pipeline, job, result: JobResult) -> tuple:
     online = pipeline.online
     if online is None or result.prefill_s <= 0.0:
         return 0.0, 0.0
     n_x = len(job.prompt_ids)
+    if result.prefix_tokens:
+        result = replace(result, prefill_s=0.0)
     own = pipeline.online_engines.get(result.plan.precision)
     if own is not None:  # another engine: its own ETE learns its prefill and (solo) steps
         alone = result.batch_peak <= 1

@@ -47,6 +47,10 @@ class ResidentEngines:
         """Prefill on the plan's engine; return (cache, logits, stats)."""
         return self._of_plan(plan).prefill(prompt_ids, plan, decide, interrupt)
 
+    def cached_prefix(self, prompt_ids: Sequence[int]) -> int:
+        """Return the main engine's cached prefix of a prompt (other engines keep none)."""
+        return self.main.cached_prefix(prompt_ids)
+
     def begin_prefill(self, prompt_ids: Sequence[int], plan: Plan, decide=None):
         """Begin a chunked prefill on the plan's engine (a runtime.prefill.PrefillRun)."""
         return self._of_plan(plan).begin_prefill(prompt_ids, plan, decide)
