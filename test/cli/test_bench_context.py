@@ -1,0 +1,31 @@
+"""The long-context benchmark's items, tables and lateness figures (no node needed)."""
+
+from timebill_ros.cli import bench_context as bench
+
+
+def record(tier, strategy, met, late, correct=False, outcome='COMPLETED', claimed=None):
+    return {'tier': tier, 'strategy': strategy, 'met': met, 'late': late, 'correct': correct,
+            'outcome': outcome, 'claimed': met if claimed is None else claimed}
+
+
+def test_the_repeated_context_plants_ten_distinct_facts_it_asks_about():
+    context, facts = bench.repeated_context()
+    assert len(facts) == 10 and len({question for question, _ in facts}) == 10
+    assert all(f'storage bay {bay}.' in context for _, bay in facts)
+    assert bench.repeated_context() == (context, facts)  # deterministic
+
+
+def test_the_summary_counts_met_correct_refused_and_lateness():
+    loose = {'a': {'correct': True}, 'b': {'correct': False}}
+    records = [record(0.6, 'NONE', False, 0.12, outcome='KILLED'),
+               record(0.6, 'NONE', True, -0.5, correct=True),
+               record(0.6, 'AUTO', False, None, outcome='REFUSED'),
+               record(0.6, 'AUTO', False, 0.04, outcome='KILLED'),
+               record(0.6, 'alpha 0.5', False, 0.3, outcome='COMPLETED', claimed=True)]
+    table = bench.summary(loose, records, [0.6])['0.6']
+    assert table['NONE'] == {'goals': 2, 'met': 1, 'met_correct': 1, 'right_full': 1,
+                             'refused': 0, 'late_max': 0.12, 'late_p99': 0.12,
+                             'late_claimed': 0}
+    assert table['AUTO']['refused'] == 1 and table['AUTO']['late_max'] == 0.04
+    assert table['alpha 0.5']['late_claimed'] == 1  # a late answer claimed on time: counted
+    assert bench.p99(list(range(1, 101))) == 99

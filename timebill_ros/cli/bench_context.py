@@ -1,0 +1,287 @@
+"""Long contexts under a hard deadline, through the node: lateness, correct answers, reuse.
+
+``python -m timebill_ros.cli.bench_context --items 60 --out results/context/<run>`` starts
+two nodes with the shipped configuration (node A without the prefix cache, node B with
+it) and sends goals through real action clients:
+
+1. **Tiers.** Held-out retrieval items (a fact planted in a generated robot log, and
+   SQuAD questions over paragraphs of their article, from the data packages), 500-4,000
+   prompt tokens: each once with a loose budget on node A (MODE_NONE, its full time and
+   whether the model answers right), then at ``--tiers`` x that time for MODE_NONE,
+   fixed eviction (alpha 0.5) and MODE_AUTO, Kill. Per cell: met, met and correct,
+   lateness of every goal that ended after its deadline (max and p99).
+2. **A long prompt does not stall short goals.** The longest item with a loose budget;
+   1 s after it is sent, three one-word goals with 3 s budgets.
+3. **Repeated context.** One log with ten planted facts and ten questions about it, on
+   node B (prefix cache) and on node A (none): time per question and equal texts.
+
+Writes bench.json and README.md to a new folder (command, commit, date, CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+from pathlib import Path
+import random
+import statistics
+import subprocess
+import sys
+import time
+
+from timebill_ros.cli.common import machine, ROOT, shipped_params, stamped_log
+from timebill_ros.core.request import Mode
+from timebill_ros.evaluation import metrics, tasks
+
+NAMESPACES = {'A': '/context_a', 'B': '/context_b'}
+LOOSE_S = 300.0
+STRATEGIES = {'NONE': {'mode': int(Mode.NONE)},
+              'alpha 0.5': {'mode': int(Mode.EVICTION), 'eviction_ratio': 0.5},
+              'AUTO': {'mode': int(Mode.AUTO)}}
+
+
+class Nodes:
+    """Two nodes (A: no prefix cache, B: prefix cache) and a client each."""
+
+    def __init__(self, log):
+        """Start nothing yet."""
+        self.log, self.nodes, self.clients = log, {}, {}
+
+    def start(self) -> None:
+        """Start both nodes with the shipped parameters."""
+        from timebill_ros.tools.client import InstructClient
+        from timebill_ros.tools.process import NodeProcess
+        for name, cache_mb in (('A', 0), ('B', 512)):
+            self.log(f'starting node {name} (prefix_cache_mb {cache_mb}) ...')
+            params = {**shipped_params(), 'prefix_cache_mb': cache_mb,
+                      'max_budget_s': 600.0}
+            self.nodes[name] = NodeProcess(params, ready_timeout=900,
+                                           namespace=NAMESPACES[name])
+            client = InstructClient(f'{NAMESPACES[name]}/timebill/instruct',
+                                    f'context_bench_{name}',
+                                    f'{NAMESPACES[name]}/timebill/responses')
+            client.wait_for_server(60)
+            self.clients[name] = client
+
+    def stop(self) -> None:
+        """Close the clients and stop the nodes."""
+        for client in self.clients.values():
+            client.close()
+        for node in self.nodes.values():
+            node.stop()
+
+    def send(self, node: str, instruction: str, context: str, budget_s: float,
+             max_new_tokens: int, **goal):
+        """Send one goal (Kill) without waiting; return the client's run."""
+        from timebill_ros.tools.client import make_goal
+        return self.clients[node].send(make_goal(instruction, budget_s, context,
+                                                 max_new_tokens=max_new_tokens, **goal))
+
+    def record(self, node: str, run, budget_s: float, sent: float) -> dict:
+        """Wait for a goal's end; return a plain record (lateness: end minus deadline)."""
+        from timebill_ros.tools.client import outcome_name
+        run = self.clients[node].wait(run, budget_s + 300.0)
+        if not run.accepted:
+            return {'outcome': 'REFUSED', 'met': False, 'late': None, 'e2e_s': 0.0,
+                    'text': '', 'reason': run.reject_reason, 'sent': sent}
+        res = run.result
+        return {'outcome': outcome_name(res.outcome), 'met': bool(
+                    res.deadline_met and outcome_name(res.outcome) == 'COMPLETED'),
+                'claimed': bool(res.deadline_met), 'late': res.e2e_s - budget_s,
+                'e2e_s': res.e2e_s, 'prefill_s': res.prefill_s, 'tokens': res.tokens,
+                'text': res.text, 'reason': res.reason, 'note': res.plan.note,
+                'alpha': float(res.plan.eviction_ratio), 'precision': res.plan.precision,
+                'sent': sent}
+
+    def ask(self, node: str, item, budget_s: float, **goal) -> dict:
+        """Send one item's goal and wait for its record."""
+        sent = time.monotonic()
+        run = self.send(node, item.instruction, item.context, budget_s, item.max_new_tokens,
+                        **goal)
+        return self.record(node, run, budget_s, sent)
+
+
+def held_out_items(count: int, tokenizer, seed: int) -> list:
+    """Return ``count`` items, half robot-log needles and half SQuAD, 500-4,000 tokens."""
+    needles = tasks.select('needle', tokenizer, count - count // 2, 500, 4000, seed)
+    squad = tasks.select('squad', tokenizer, count // 2, 500, 4000, seed)
+    return [item for pair in zip(needles, squad) for item in pair] + needles[len(squad):]
+
+
+def correct(item, text: str) -> bool:
+    """Tell whether an answer is right (the bay code; SQuAD: token F1 of 0.5 or more)."""
+    return metrics.score(item.metric, text, item.references) >= 0.5
+
+
+def repeated_context(seed: int = 11) -> tuple:
+    """Return (log with ten planted facts, [(question, bay code)])."""
+    rng = random.Random(f'repeated-{seed}')
+    log = [tasks._log_line(rng, 7 * i) for i in range(120)]
+    pairs = [(unit, part) for unit in tasks._UNITS for part in tasks._PARTS]
+    facts = []
+    for unit, part in rng.sample(pairs, 10):
+        bay = f'{rng.choice("BCDHKMPRT")}-{rng.randint(10, 99)}'
+        fact = f'[note] maintenance: the spare {part} for unit {unit} is kept in storage ' \
+               f'bay {bay}.'
+        log.insert(rng.randrange(len(log) + 1), fact)
+        facts.append((tasks.NEEDLE_INSTRUCTION.format(part=part, unit=unit), bay))
+    return '\n'.join(log), facts
+
+
+def run_tiers(nodes: Nodes, items: list, tiers: list, log) -> tuple:
+    """Return (loose runs by item, tier records)."""
+    loose, records = {}, []
+    for item in items:
+        loose[item.item_id] = run = nodes.ask('A', item, LOOSE_S, mode=int(Mode.NONE))
+        run['correct'] = correct(item, run['text'])
+        log(f"loose {item.item_id}: {run['e2e_s']:.2f} s, prefill {run['prefill_s']:.2f} s, "
+            f"{'right' if run['correct'] else 'wrong'}")
+    for tier in tiers:
+        for item in items:
+            full = loose[item.item_id]['e2e_s']
+            for name, goal in STRATEGIES.items():
+                record = nodes.ask('A', item, tier * full, **goal)
+                record.update(item=item.item_id, tier=tier, strategy=name,
+                              correct=record['met'] and correct(item, record['text']))
+                records.append(record)
+        log(f'tier {tier:g}x done')
+    return loose, records
+
+
+def run_stall(nodes: Nodes, long_item, log) -> dict:
+    """Send a long prompt, then three short goals 1 s later; return what happened."""
+    long_run = nodes.send('A', long_item.instruction, long_item.context, LOOSE_S,
+                          long_item.max_new_tokens, mode=int(Mode.NONE))
+    sent = time.monotonic()
+    time.sleep(1.0)
+    shorts = [(nodes.send('A', question, '', 3.0, 8, mode=int(Mode.NONE)), time.monotonic())
+              for question in ('Stop or go?', 'Say yes.', 'Left or right?')]
+    long_record = nodes.record('A', long_run, LOOSE_S, sent)
+    short_records = [nodes.record('A', run, 3.0, at) for run, at in shorts]
+    log(f"stall: long {long_record['e2e_s']:.2f} s; short met "
+        f"{sum(r['met'] for r in short_records)}/3")
+    return {'long': long_record, 'short': short_records}
+
+
+def run_repeated(nodes: Nodes, log) -> dict:
+    """Ask ten questions about one context on B (cache) and A (none); times and texts."""
+    context, facts = repeated_context()
+    out = {}
+    for node in ('B', 'A'):
+        rows = []
+        for question, bay in facts:
+            sent = time.monotonic()
+            record = nodes.record(node, nodes.send(node, question, context, LOOSE_S, 16,
+                                                   mode=int(Mode.NONE)), LOOSE_S, sent)
+            record['right'] = bay in record['text']
+            rows.append(record)
+        out[node] = rows
+        log(f"repeated on {node}: first {rows[0]['e2e_s']:.2f} s, median of the rest "
+            f"{statistics.median(r['e2e_s'] for r in rows[1:]):.2f} s")
+    return out
+
+
+def p99(values: list) -> float:
+    """Return the 99th percentile (nearest rank) of a non-empty list."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
+
+
+def summary(loose: dict, records: list, tiers: list) -> dict:
+    """Return {tier: {strategy: met, met and correct, refused, late max/p99}}."""
+    right = sum(run['correct'] for run in loose.values())
+    table = {}
+    for tier in tiers:
+        table[str(tier)] = {}
+        for name in STRATEGIES:
+            rows = [r for r in records if r['tier'] == tier and r['strategy'] == name]
+            late = [r['late'] for r in rows if r['late'] is not None and r['late'] > 0]
+            table[str(tier)][name] = {
+                'goals': len(rows), 'met': sum(r['met'] for r in rows),
+                'met_correct': sum(r['correct'] for r in rows), 'right_full': right,
+                'refused': sum(r['outcome'] == 'REFUSED' for r in rows),
+                'late_max': max(late, default=0.0), 'late_p99': p99(late) if late else 0.0,
+                'late_claimed': sum(r['claimed'] and r['late'] > 0 for r in rows
+                                    if r['late'] is not None)}
+    return table
+
+
+def markdown(report: dict) -> str:
+    """Return the run's tables."""
+    lines = [f"# Long contexts through the node ({report['date']})", '',
+             f"`{report['command']}` at commit {report['commit']} on {report['machine']}; "
+             f"{report['items']} held-out items, Kill, {report['minutes']:.0f} min. The full "
+             f"model answers {report['right_full']} of them right with a loose budget.", '',
+             '| tier | strategy | met | met and correct | refused | late max (s) | '
+             'late p99 (s) |', '|---|---|---|---|---|---|---|']
+    for tier, rows in report['table'].items():
+        for name, row in rows.items():
+            lines.append(f"| {tier}x | {name} | {row['met']}/{row['goals']} | "
+                         f"{row['met_correct']} | {row['refused']} | {row['late_max']:.3f} | "
+                         f"{row['late_p99']:.3f} |")
+    stall = report['stall']
+    lines += ['', f"**Short goals during a long prefill**: the long prompt took "
+              f"{stall['long']['e2e_s']:.2f} s; the three 3-s goals sent 1 s in: "
+              + ', '.join(f"{r['outcome']} in {r['e2e_s']:.2f} s" for r in stall['short'])
+              + '.', '']
+    rep = report['repeated']
+    lines += ['**Repeated context** (one log, ten questions):', '',
+              '| node | first (s) | median of 2-10 (s) | ratio | right | texts equal to A |',
+              '|---|---|---|---|---|---|']
+    for node in ('B', 'A'):
+        rows = rep[node]
+        rest = statistics.median(r['e2e_s'] for r in rows[1:])
+        same = sum(a['text'] == b['text'] for a, b in zip(rows, rep['A']))
+        lines.append(f"| {node} ({'prefix cache' if node == 'B' else 'none'}) | "
+                     f"{rows[0]['e2e_s']:.2f} | {rest:.2f} | {rest / rows[0]['e2e_s']:.2f} | "
+                     f"{sum(r['right'] for r in rows)}/10 | {same}/10 |")
+    return '\n'.join(lines)
+
+
+def main(argv=None) -> int:
+    """Run the benchmark and write it to a new folder."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--items', type=int, default=60)
+    parser.add_argument('--tiers', default='0.6,0.8,1.0')
+    parser.add_argument('--seed', type=int, default=7, help='item selection (held out)')
+    parser.add_argument('--out', required=True, help='a new results folder')
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    if out.exists():
+        parser.error(f'{out} exists: benchmarks write to a new folder')
+    from transformers import AutoTokenizer
+    from timebill_ros.runtime.model import embedded_dir
+    tiers = [float(t) for t in args.tiers.split(',')]
+    items = held_out_items(args.items, AutoTokenizer.from_pretrained(embedded_dir()), args.seed)
+    log, started = stamped_log(), time.monotonic()
+    nodes = Nodes(log)
+    try:
+        nodes.start()
+        loose, records = run_tiers(nodes, items, tiers, log)
+        longest = max(items, key=lambda item: item.prompt_tokens)
+        stall, repeated = run_stall(nodes, longest, log), run_repeated(nodes, log)
+    finally:
+        nodes.stop()
+    table = summary(loose, records, tiers)
+    commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=ROOT,
+                            capture_output=True, text=True).stdout.strip()
+    report = {'command': 'python -m timebill_ros.cli.bench_context ' + ' '.join(
+                  sys.argv[1:] if argv is None else argv),
+              'commit': commit, 'date': datetime.date.today().isoformat(),
+              'machine': machine(), 'items': len(items), 'tiers': tiers,
+              'minutes': (time.monotonic() - started) / 60.0,
+              'right_full': sum(run['correct'] for run in loose.values()),
+              'table': table, 'stall': stall, 'repeated': repeated, 'loose': loose,
+              'records': records}
+    out.mkdir(parents=True)
+    (out / 'bench.json').write_text(json.dumps(report, indent=1, default=str) + '\n')
+    text = markdown(report)
+    (out / 'README.md').write_text(text + '\n')
+    print(text)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
