@@ -150,3 +150,26 @@ def test_calibration_fits_prefill_and_decode(engine):
     assert profile.dtype == engine.option and profile.versions['chunk'] == engine.model.chunk
     assert 0 < model.prefill(16) < model.prefill(160)
     assert model.step(16) > 0 and profile.heldout['decode_lengths'] == [64]
+
+
+def test_a_held_prompt_is_reused_by_the_next_one_that_starts_alike(tokenizer):
+    context = 'Dock 3 is free. Forklift 7 charges at bay 2. Aisle 9 is blocked. ' * 6
+    first, second = (prompt_ids(tokenizer, q, context)
+                     for q in ('Which aisle is blocked?', 'Where does forklift 7 charge?'))
+    held = LlamaModel(embedded_gguf(), 2048, 2, 16, 2, hold_prefix=True)
+    fresh = LlamaModel(embedded_gguf(), 2048, 2, 16, 2)
+    try:
+        engines = [LlamaEngine(model, option_name('q4_1'), tokenizer,
+                               {tokenizer.eos_token_id}) for model in (held, fresh)]
+        assert answer(engines[0], first, 5)[1].prefix_tokens == 0
+        tokens, stats = answer(engines[0], second, 5)
+        shared = next(i for i, (a, b) in enumerate(zip(first, second)) if a != b)
+        assert stats.prefix_tokens == shared >= 32
+        assert tokens == answer(engines[1], second, 5)[0]
+        # Every sequence is free again; the held prompt keeps its cells until dropped.
+        assert sorted(held._free) == [0, 1] and held._held == second
+        held.forget()
+        assert held._held == [] and answer(engines[0], second, 1)[1].prefix_tokens == 0
+    finally:
+        held.close()
+        fresh.close()

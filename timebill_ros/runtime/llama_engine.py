@@ -28,6 +28,8 @@ from timebill_ros.runtime.prefill import finish_prefill
 
 # Engine options are named after the engine and the GGUF weight format.
 PREFIX = 'llama.cpp-'
+# Fewest shared prompt tokens worth reusing from the held prompt.
+MIN_REUSE = 32
 # Weight formats a variant may be made at (llama.cpp's file types).
 FORMATS = {name: f'LLAMA_FTYPE_MOSTLY_{name.upper()}' for name in LLAMA_FORMATS}
 _quiet_lock = threading.Lock()
@@ -99,9 +101,15 @@ class LlamaSequence:
 
 
 class LlamaModel:
-    """One GGUF loaded in llama.cpp with one context of ``sequences`` sequences."""
+    """One GGUF loaded in llama.cpp with one context of ``sequences`` sequences.
 
-    def __init__(self, path: Path, context: int, sequences: int, chunk: int, threads: int):
+    With ``hold_prefix`` one more sequence keeps the last prompt prefilled: its cells are
+    shared (``llama_memory_seq_cp`` in a unified cache), so a prompt that starts the same
+    way (the same context, a new question) prefills only from where the two differ.
+    """
+
+    def __init__(self, path: Path, context: int, sequences: int, chunk: int, threads: int,
+                 hold_prefix: bool = False):
         """Load ``path``; ``context`` KV cells shared by the sequences (unified cache)."""
         llama_cpp = self._api = _llama()
         self.path, self.chunk = Path(path), chunk
@@ -110,7 +118,10 @@ class LlamaModel:
         if not self._model:
             raise LlamaUnavailable(f'llama.cpp could not load {path}')
         params = llama_cpp.llama_context_default_params()
-        params.n_ctx, params.n_seq_max, params.kv_unified = context, sequences, True
+        self._holder = sequences if hold_prefix else None  # the sequence keeping a prompt
+        self._held: list = []  # the prompt it keeps
+        params.n_ctx, params.n_seq_max, params.kv_unified = \
+            context, sequences + (1 if hold_prefix else 0), True
         params.n_batch = params.n_ubatch = chunk
         params.n_threads = params.n_threads_batch = threads
         self._ctx = llama_cpp.llama_init_from_model(self._model, params)
@@ -139,6 +150,46 @@ class LlamaModel:
             if seq_id not in self._free:
                 self._free.append(seq_id)
 
+    def reuse(self, seq_id: int, ids: Sequence[int], limit: int) -> int:
+        """Share the held prompt's cells its first tokens have in common with ``ids``.
+
+        At most ``limit`` tokens, and none below ``MIN_REUSE``; return how many.
+        """
+        with self._lock:
+            if self._holder is None:
+                return 0
+            same = 0
+            for mine, theirs in zip(self._held[:max(0, limit)], ids):
+                if mine != theirs:
+                    break
+                same += 1
+            if same < MIN_REUSE:
+                return 0
+            self._api.llama_memory_seq_cp(self._memory, self._holder, seq_id, 0, same)
+            return same
+
+    def hold(self, seq_id: int, ids: Sequence[int]) -> None:
+        """Keep a just prefilled prompt (its cells, shared with ``seq_id``) for the next one."""
+        with self._lock:
+            if self._holder is None:
+                return
+            self._api.llama_memory_seq_rm(self._memory, self._holder, -1, -1)
+            self._api.llama_memory_seq_cp(self._memory, seq_id, self._holder, 0, len(ids))
+            self._held = list(ids)
+
+    def forget(self) -> None:
+        """Drop the held prompt (calibration times whole prefills)."""
+        with self._lock:
+            self._drop_held()
+
+    def _drop_held(self) -> bool:
+        """Free the held prompt's cells (lock held); tell whether there were any."""
+        if self._holder is None or not self._held:
+            return False
+        self._api.llama_memory_seq_rm(self._memory, self._holder, -1, -1)
+        self._held = []
+        return True
+
     def crop(self, seq_id: int, length: int) -> None:
         """Keep only a sequence's first ``length`` KV cells."""
         with self._lock:
@@ -157,6 +208,8 @@ class LlamaModel:
                 batch.token[i], batch.pos[i] = token, position
                 batch.n_seq_id[i], batch.seq_id[i][0], batch.logits[i] = 1, seq_id, wants
             status = api.llama_decode(self._ctx, batch)
+            if status == 1 and self._drop_held():  # no free cell: the held prompt gives way
+                status = api.llama_decode(self._ctx, batch)
             if status != 0:
                 raise RuntimeError(f'llama_decode returned {status} (KV cache full: '
                                    f'{self.context} cells shared by the sequences)')
@@ -266,9 +319,11 @@ class LlamaPrefill:
     def __init__(self, engine: LlamaEngine, prompt_ids: Sequence[int], plan):
         """Take a sequence of the engine's context for ``prompt_ids``."""
         self.engine, self.ids = engine, list(prompt_ids)
-        self.total, self.tokens_done, self.logits = len(self.ids), 0, None
+        self.total, self.logits = len(self.ids), None
         self.seq_id = engine.model.acquire()
         self.stats = GenerationStats(plan=plan)
+        self.tokens_done = engine.model.reuse(self.seq_id, self.ids, self.total - 1)
+        self.stats.prefix_tokens = self.tokens_done
 
     @property
     def done(self) -> bool:
@@ -287,6 +342,7 @@ class LlamaPrefill:
         self.tokens_done = begin + len(part)
         if last:
             self.logits = rows[-1]
+            model.hold(self.seq_id, self.ids)
 
     def result(self) -> tuple:
         """Return (the sequence, first logits, stats) of the finished prefill."""
@@ -316,6 +372,7 @@ def time_prefill(engine: LlamaEngine, lengths: Sequence[int], repeats: int,
     times: dict = {n: [] for n in lengths}
     for r in range(warmup + repeats):
         for n in lengths:
+            engine.model.forget()
             sequence, _, stats = engine.prefill(prompts[n], None)
             engine.model.release(sequence.seq_id)
             if r >= warmup:

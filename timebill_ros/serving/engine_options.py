@@ -41,7 +41,8 @@ def llama_engines(config, loaded, log: Log) -> dict:
             option = option_name(weight_format)
             path = gguf_variant(embedded_gguf(), weight_format, cache_root())
             model = LlamaModel(path, config.llama_context, max(1, config.max_batch),
-                               config.llama_chunk, threads or _cores())
+                               config.llama_chunk, threads or _cores(),
+                               hold_prefix=config.prefix_cache_mb > 0)
             engines[option] = LlamaEngine(model, option, loaded.tokenizer, loaded.eos_ids,
                                           tokenizer_lock=loaded.tokenizer_lock)
             if config.warm_up:
