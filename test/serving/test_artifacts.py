@@ -69,6 +69,13 @@ def test_a_foreign_or_unreadable_profile_is_ignored_with_a_warning(tmp_path, syn
     assert artifacts.stored_profile(log, path, TINY, 2, True) is None
     assert log.lines[-1][1].endswith('the node decodes with 2: recalibrating')
     assert artifacts.stored_profile(log, path, TINY, 2, False) is not None
+    # Prefills timed in one pass, the node prefills 128 tokens a pass: redone too.
+    assert artifacts.stored_profile(log, path, TINY, 0, True, prefill_chunk=0) is not None
+    assert artifacts.stored_profile(log, path, TINY, 0, True, prefill_chunk=128) is None
+    assert 'passes of all the tokens, the node prefills 128 a pass' in log.lines[-1][1]
+    profile.versions = {'prefill_chunk': 128}
+    profile.save(path)
+    assert artifacts.stored_profile(log, path, TINY, 0, True, prefill_chunk=128) is not None
     path.write_text('not: [a, profile')
     assert artifacts.stored_profile(log, path, TINY, 0, True) is None
     assert 'cannot read profile' in log.lines[-1][1]

@@ -71,11 +71,12 @@ def _made_for(loaded) -> Callable[[object], str]:
 
 
 def stored_profile(log: Log, path: Path, loaded, threads: int,
-                   recalibrate: bool) -> Profile | None:
+                   recalibrate: bool, prefill_chunk: int | None = None) -> Profile | None:
     """Return the profile at ``path`` if it was measured for ``loaded`` (None: warned why).
 
     With ``recalibrate``, a profile whose decode steps were timed at another thread
-    count than ``threads`` (0: any) is refused too.
+    count than ``threads`` (0: any), or whose prefills ran in other passes than
+    ``prefill_chunk`` tokens (None: any), is refused too.
     """
     if not path.is_file():
         return None
@@ -88,6 +89,11 @@ def stored_profile(log: Log, path: Path, loaded, threads: int,
             # Steps timed at another thread count mislead the ETE by up to 2x.
             return (f'{path} timed decode steps at {profile.decode_threads()} '
                     f'thread(s), the node decodes with {threads}: recalibrating')
+        timed = int(profile.versions.get('prefill_chunk', 0))
+        if prefill_chunk is not None and timed != prefill_chunk and recalibrate:
+            return (f'{path} timed prefills in passes of {timed or "all the"} tokens, the '
+                    f'node prefills {prefill_chunk or "the whole prompt"} a pass: '
+                    'recalibrating')
         return ''
     return load_checked(log, lambda: Profile.load(path), check, unreadable=str)
 

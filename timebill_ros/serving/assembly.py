@@ -286,7 +286,8 @@ class Assembly:
     def _profile_for(self, loaded, path: Path) -> Profile | None:
         """Return the profile at ``path`` if it matches ``loaded``, else calibrate if allowed."""
         profile = artifacts.stored_profile(self.log, path, loaded, self.threads(loaded),
-                                           self.config.calibrate_on_start)
+                                           self.config.calibrate_on_start,
+                                           self.config.prefill_chunk)
         if profile is None and self.config.calibrate_on_start:
             self.log.info(f'no {loaded.dtype} execution-time profile: calibrating (one-off)')
             profile = self._calibrate(self.config.calibration_quick, loaded, path)
