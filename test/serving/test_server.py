@@ -703,5 +703,8 @@ def test_a_repeated_context_is_prefilled_once_and_planned_as_cached(
         assert second.prefix_tokens >= 32 and second.result.prefix_tokens >= second.prefix_tokens
         assert 'prompt tokens in the prefix cache' in second.result.plan.note
         assert second.result.outcome == Outcome.COMPLETED
+        extra = server.status()[1]
+        assert extra['prefix_cache_hits'] == 1 and extra['prefix_cache_misses'] == 1
+        assert extra['prefix_cache_blocks'] > 0
     finally:
         server.stop(timeout_s=30.0)

@@ -256,6 +256,8 @@ def main(argv=None) -> int:
     tiers = [float(t) for t in args.tiers.split(',')]
     items = held_out_items(args.items, AutoTokenizer.from_pretrained(embedded_dir()), args.seed)
     log, started = stamped_log(), time.monotonic()
+    import rclpy
+    rclpy.init()
     nodes = Nodes(log)
     try:
         nodes.start()
@@ -264,6 +266,7 @@ def main(argv=None) -> int:
         stall, repeated = run_stall(nodes, longest, log), run_repeated(nodes, log)
     finally:
         nodes.stop()
+        rclpy.try_shutdown()
     table = summary(loose, records, tiers)
     commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()

@@ -126,6 +126,12 @@ class Server:
                           # measured / fitted time per phase: > 1 means slower than calibrated
                           'ete_drift_prefill': round(pipeline.online.drift_prefill, 4),
                           'ete_drift_decode': round(pipeline.online.drift_decode, 4)})
+        prefixes = self.assembly.prefix_cache
+        if prefixes is not None:
+            extra.update({'prefix_cache_blocks': len(prefixes),
+                          'prefix_cache_mb': round(prefixes.bytes / 2 ** 20, 1),
+                          'prefix_cache_hits': prefixes.hits,
+                          'prefix_cache_misses': prefixes.misses})
         if pipeline.batch is not None:
             extra.update({'max_batch': pipeline.max_batch,
                           'ete_batch_drift': round(pipeline.batch.model.drift, 4),
