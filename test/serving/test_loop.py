@@ -215,6 +215,32 @@ def test_a_long_prefill_interleaves_with_the_goals_already_decoding():
     assert max(gaps) <= 0.2 + 1e-9  # one chunk and one step between its tokens
 
 
+def test_a_short_prompt_behind_a_long_prefill_starts_within_a_chunk_and_meets_its_deadline():
+    clock = ScriptedClock()
+    backend = ScriptedBackend(clock, 0.1, words=5, chunks=len)  # a chunk per prompt token
+    seen, results = {0: [], 1: [], 2: []}, {}
+    # A 40-chunk prompt (no deadline to speak of), then a 1-chunk one with 1 s, and a
+    # 30-chunk one whose 0.5 s run out while it waits: Kill ends it then, not later.
+    waiting = [(0, [1] * 40, 100.0), (1, [1], 1.0), (2, [1] * 30, 0.5)]
+
+    def refill(loop):
+        if not waiting:
+            return False
+        key, prompt, budget = waiting.pop(0)
+        req = request(budget=budget)
+        run = JobRun(req, Plan(), DeadlineClock(0.0, budget, clock), lambda: False,
+                     lambda ev, el, rem, plan: seen[key].append(el))
+        loop.start(Member(str(key), run, req.max_new_tokens,
+                          lambda result: results.__setitem__(key, result)), prompt, Plan())
+        return True
+    DecodeLoop(backend, capacity=3).run(refill)
+    assert results[1].outcome == Outcome.COMPLETED and results[1].deadline_met
+    assert seen[1][0] <= 0.1 + 1e-9  # its one chunk ran first
+    assert results[2].outcome == Outcome.KILLED and 'during prefill' in results[2].reason
+    assert results[2].e2e_s <= 0.5 + 0.2 + 1e-9  # within a round of its deadline
+    assert results[0].outcome == Outcome.COMPLETED
+
+
 def test_a_prefill_stopped_between_chunks_frees_what_it_holds():
     clock = ScriptedClock()
     backend = ScriptedBackend(clock, 0.3, words=50, chunks=10)
@@ -243,7 +269,7 @@ def test_cancel_within_one_token():
 
     def cancel():
         calls['n'] += 1
-        return calls['n'] > 3  # first check is before the start
+        return calls['n'] > 4  # checked before the start and before its prefill chunk
     result, _ = run(ScriptedBackend(clock, 0.01, words=50), request(), clock, cancel=cancel)
     assert result.outcome == Outcome.CANCELED and result.tokens == 3
 

@@ -185,24 +185,45 @@ class DecodeLoop:
         self.prefilling.append([member, prefill])
 
     def _prefill_chunk(self) -> None:
-        """Prefill the next chunk of the oldest prefilling goal, unless its rules stop it."""
-        member, prefill = self.prefilling[0]
+        """Prefill one chunk of the prefilling goal with the least left, after their rules.
+
+        Every prefilling goal's rules are asked each round (Kill past its deadline,
+        cancel), not only the one that runs: a short prompt behind a long one must not
+        wait out the long one's prefill. The least prefill left goes first, so a short
+        prompt starts decoding within a chunk and the long one goes on between steps.
+        """
         self._threads.close()  # a prefill runs with the thread's own setting
         self._threads_key = None
+        for entry in list(self.prefilling):
+            member, prefill = entry
+            try:
+                stopped = member.run.interrupt()
+            except Exception as exc:  # noqa: BLE001 - any failure ends the goal
+                stopped = exc
+            if stopped:
+                self._end_prefill(entry, stopped if isinstance(stopped, Exception) else
+                                  PrefillInterrupted(prefill.tokens_done, prefill.total))
+        if not self.prefilling:
+            return
+        entry = min(self.prefilling, key=lambda e: e[1].total - e[1].tokens_done)
+        member, prefill = entry
         try:
-            if prefill.tokens_done and member.run.interrupt():
-                raise PrefillInterrupted(prefill.tokens_done, prefill.total)
             prefill.advance()
             if not prefill.done:
                 return
             cache, logits, stats = prefill.result()
         except Exception as exc:  # noqa: BLE001 - any engine failure ends the goal
-            self.prefilling.pop(0)
-            prefill.abandon()
-            member.end(member.run.failed(exc))
+            self._end_prefill(entry, exc)
             return
-        self.prefilling.pop(0)
+        self.prefilling.remove(entry)
         self._take_in(member, cache, logits, stats, prefill.total)
+
+    def _end_prefill(self, entry: list, exc: Exception) -> None:
+        """End a prefilling goal with ``exc`` (stopped, or its engine failed)."""
+        self.prefilling.remove(entry)
+        member, prefill = entry
+        prefill.abandon()
+        member.end(member.run.failed(exc))
 
     def _take_in(self, member: Member, cache, logits, stats: GenerationStats,
                  prompt_tokens: int) -> None:
