@@ -4,6 +4,7 @@ import pytest
 
 from timebill_ros.core.execution import PrefillDecision, PrefillInterrupted
 from timebill_ros.core.planning import Plan
+from timebill_ros.core.request import Mode
 from timebill_ros.runtime.prefill import chunk_bounds
 
 torch = pytest.importorskip('torch')
@@ -66,8 +67,9 @@ def test_the_length_decision_reads_the_last_chunk_and_its_press_applies(tiny):
     def plan_from(hidden):
         seen.append(hidden[0, -1].clone())
         return evict
-    whole, _, stats = prefill(tiny, ids, Plan(), 0, PrefillDecision(1, plan_from))
-    chunked, _, chunk_stats = prefill(tiny, ids, Plan(), 64, PrefillDecision(1, plan_from))
+    auto = Plan(mode=Mode.AUTO)  # may evict once decided (MODE_NONE never does)
+    whole, _, stats = prefill(tiny, ids, auto, 0, PrefillDecision(1, plan_from))
+    chunked, _, chunk_stats = prefill(tiny, ids, auto, 64, PrefillDecision(1, plan_from))
     assert torch.allclose(seen[0], seen[1], atol=1e-5)  # the last token's state
     assert stats.plan == chunk_stats.plan == evict
     assert caches_equal(whole, chunked)
@@ -83,3 +85,13 @@ def test_interrupt_is_asked_between_chunks_only(tiny):
     with pytest.raises(PrefillInterrupted) as stopped:
         engine.prefill(ids, Plan(), interrupt=interrupt)
     assert stopped.value.done == 64 and stopped.value.total == len(ids)
+
+
+def test_a_goal_that_never_evicts_keeps_plain_chunks(tiny):
+    ids = prompt_ids(tiny.tokenizer, 'Where?', 'word ' * 300)
+    engine = Engine(tiny, press_for_plan, prefill_chunk=64)
+    decide = PrefillDecision(1, lambda hidden: Plan())
+    none = engine.begin_prefill(ids, Plan(), decide)  # MODE_NONE: its last chunk is short
+    auto = engine.begin_prefill(ids, Plan(mode=Mode.AUTO), decide)
+    assert none.bounds[-1][1] - none.bounds[-1][0] < auto.bounds[-1][1] - auto.bounds[-1][0]
+    assert auto.bounds[-1][1] - auto.bounds[-1][0] >= auto.LAST_CHUNK_MIN

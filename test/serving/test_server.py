@@ -482,8 +482,13 @@ def test_goals_of_two_precisions_share_rounds_and_each_is_killed_on_time(loaded,
         assert long.result.outcome == Outcome.COMPLETED and long.result.tokens == 1500
         # The long goal was still decoding when the short one was killed, or nothing was shown.
         assert long.result.e2e_s > short.result.e2e_s + 0.25, long.result.e2e_s
-        # Each precision's answer is the one it gives alone.
-        assert both[0].result.text == alone[''] and both[1].result.text == alone[low]
+        # Each precision's answer is the one it gives alone. Not int8-dynamic's: it
+        # quantizes a step's activations with one scale over the whole batch, so its
+        # answer depends on which goals share the step (a prefill may now come between).
+        assert both[0].result.text == alone['']
+        if low != 'int8-dynamic':
+            assert both[1].result.text == alone[low]
+        assert both[1].result.outcome == Outcome.COMPLETED and both[1].result.tokens > 0
         assert both[1].result.plan.precision == low
         assert max(job.result.batch_peak for job in both) >= 3
     finally:

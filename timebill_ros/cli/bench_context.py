@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 
+from timebill_ros.cli.bench_robot import Bench
 from timebill_ros.cli.common import machine, ROOT, shipped_params, stamped_log
 from timebill_ros.core.request import Mode
 from timebill_ros.evaluation import metrics, tasks
@@ -42,12 +43,8 @@ STRATEGIES = {'NONE': {'mode': int(Mode.NONE)},
               'AUTO': {'mode': int(Mode.AUTO)}}
 
 
-class Nodes:
-    """Two nodes (A: no prefix cache, B: prefix cache) and a client each."""
-
-    def __init__(self, log):
-        """Start nothing yet."""
-        self.log, self.nodes, self.clients = log, {}, {}
+class Nodes(Bench):
+    """Two nodes (A: no prefix cache, B: prefix cache) and a client each (``stop``: Bench's)."""
 
     def start(self) -> None:
         """Start both nodes with the shipped parameters."""
@@ -65,13 +62,6 @@ class Nodes:
             client.wait_for_server(60)
             self.clients[name] = client
 
-    def stop(self) -> None:
-        """Close the clients and stop the nodes."""
-        for client in self.clients.values():
-            client.close()
-        for node in self.nodes.values():
-            node.stop()
-
     def send(self, node: str, instruction: str, context: str, budget_s: float,
              max_new_tokens: int, **goal):
         """Send one goal (Kill) without waiting; return the client's run."""
@@ -80,7 +70,7 @@ class Nodes:
                                                  max_new_tokens=max_new_tokens, **goal))
 
     def record(self, node: str, run, budget_s: float, sent: float) -> dict:
-        """Wait for a goal's end; return a plain record (lateness: end minus deadline)."""
+        """Wait for a goal's end and describe it; its lateness is its end minus its deadline."""
         from timebill_ros.tools.client import outcome_name
         run = self.clients[node].wait(run, budget_s + 300.0)
         if not run.accepted:
@@ -212,21 +202,25 @@ def markdown(report: dict) -> str:
     """Return the run's tables."""
     lines = [f"# Long contexts through the node ({report['date']})", '',
              f"`{report['command']}` at commit {report['commit']} on {report['machine']}; "
-             f"{report['items']} held-out items, Kill, {report['minutes']:.0f} min. The full "
-             f"model answers {report['right_full']} of them right with a loose budget.", '',
-             '| tier | strategy | met | met and correct | refused | late max (s) | '
-             'late p99 (s) |', '|---|---|---|---|---|---|---|']
+             f"Kill, {report['minutes']:.0f} min."]
+    if report['table']:
+        lines[-1] += (f" {report['items']} held-out items; the full model answers "
+                      f"{report['right_full']} of them right with a loose budget.")
+        lines += ['', '| tier | strategy | met | met and correct | refused | late max (s) | '
+                  'late p99 (s) |', '|---|---|---|---|---|---|---|']
     for tier, rows in report['table'].items():
         for name, row in rows.items():
             lines.append(f"| {tier}x | {name} | {row['met']}/{row['goals']} | "
                          f"{row['met_correct']} | {row['refused']} | {row['late_max']:.3f} | "
                          f"{row['late_p99']:.3f} |")
-    stall = report['stall']
-    lines += ['', f"**Short goals during a long prefill**: the long prompt took "
-              f"{stall['long']['e2e_s']:.2f} s; the three 3-s goals sent 1 s in: "
-              + ', '.join(f"{r['outcome']} in {r['e2e_s']:.2f} s" for r in stall['short'])
-              + '.', '']
-    rep = report['repeated']
+    stall, rep = report['stall'], report['repeated']
+    if stall:
+        lines += ['', f"**Short goals during a long prefill**: the long prompt took "
+                  f"{stall['long']['e2e_s']:.2f} s; the three 3-s goals sent 1 s in: "
+                  + ', '.join(f"{r['outcome']} in {r['e2e_s']:.2f} s" for r in stall['short'])
+                  + '.', '']
+    if not rep:
+        return '\n'.join(lines)
     lines += ['**Repeated context** (one log, ten questions):', '',
               '| node | first (s) | median of 2-10 (s) | ratio | right | texts equal to A |',
               '|---|---|---|---|---|---|']
@@ -246,6 +240,8 @@ def main(argv=None) -> int:
     parser.add_argument('--items', type=int, default=60)
     parser.add_argument('--tiers', default='0.6,0.8,1.0')
     parser.add_argument('--seed', type=int, default=7, help='item selection (held out)')
+    parser.add_argument('--parts', default='tiers,stall,repeated',
+                        help='which parts to run (comma-separated)')
     parser.add_argument('--out', required=True, help='a new results folder')
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -254,6 +250,7 @@ def main(argv=None) -> int:
     from transformers import AutoTokenizer
     from timebill_ros.runtime.model import embedded_dir
     tiers = [float(t) for t in args.tiers.split(',')]
+    parts = set(args.parts.split(','))
     items = held_out_items(args.items, AutoTokenizer.from_pretrained(embedded_dir()), args.seed)
     log, started = stamped_log(), time.monotonic()
     import rclpy
@@ -261,13 +258,14 @@ def main(argv=None) -> int:
     nodes = Nodes(log)
     try:
         nodes.start()
-        loose, records = run_tiers(nodes, items, tiers, log)
+        loose, records = run_tiers(nodes, items, tiers, log) if 'tiers' in parts else ({}, [])
         longest = max(items, key=lambda item: item.prompt_tokens)
-        stall, repeated = run_stall(nodes, longest, log), run_repeated(nodes, log)
+        stall = run_stall(nodes, longest, log) if 'stall' in parts else None
+        repeated = run_repeated(nodes, log) if 'repeated' in parts else None
     finally:
         nodes.stop()
         rclpy.try_shutdown()
-    table = summary(loose, records, tiers)
+    table = summary(loose, records, tiers) if records else {}
     commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()
     report = {'command': 'python -m timebill_ros.cli.bench_context ' + ' '.join(

@@ -262,10 +262,11 @@ class TorchPrefill:
     press to the whole cache and runs the length decision (its layer sees the prompt's
     last token, which the shipped head reads). A head pooling over the whole prompt
     (``decide.whole_prompt``) gets one pass. The last chunk holds at least
-    ``LAST_CHUNK_MIN`` tokens when a press may run, for SnapKV's 64-query window.
+    ``LAST_CHUNK_MIN`` tokens when a press may run, for SnapKV's 64-query window (it
+    scores the keys before the window: at least one).
     """
 
-    LAST_CHUNK_MIN = 128
+    LAST_CHUNK_MIN = 80
 
     def __init__(self, engine: Engine, prompt_ids: Sequence[int], plan: Plan,
                  decide: PrefillDecision | None):
@@ -274,7 +275,8 @@ class TorchPrefill:
         self.engine, self.ids, self.plan, self.decide = engine, list(prompt_ids), plan, decide
         self.total = len(self.ids)
         chunk = 0 if decide is not None and decide.whole_prompt else engine.prefill_chunk
-        may_press = plan.eviction_ratio > 0.0 or decide is not None
+        # A press runs in the last pass when the plan evicts, or may evict once decided.
+        may_press = plan.eviction_ratio > 0.0 or (decide is not None and plan.mode != Mode.NONE)
         last_min = self.LAST_CHUNK_MIN if may_press else 0
         self.cache, self.logits, self.stats = DynamicCache(), None, GenerationStats()
         self.tokens_done = self._reuse(engine.prefix_cache, max(1, last_min))
