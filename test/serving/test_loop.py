@@ -83,6 +83,10 @@ class ScriptedPrefill:
     def done(self):
         return self.tokens_done >= self.total
 
+    @property
+    def chunks_left(self):
+        return self.total - self.tokens_done
+
     def advance(self):
         self.backend.clock.t += self.backend.step
         self.tokens_done += 1
@@ -241,6 +245,29 @@ def test_a_short_prompt_behind_a_long_prefill_starts_within_a_chunk_and_meets_it
     assert results[0].outcome == Outcome.COMPLETED
 
 
+def test_a_long_prefill_with_a_later_deadline_waits_for_goals_decoding_to_earlier_ones():
+    clock = ScriptedClock()
+    backend = ScriptedBackend(clock, 0.1, words=8, chunks=len)
+    seen, results = {0: [], 1: []}, {}
+    waiting = [(0, [1] * 40, 100.0), (1, [1], 1.5)]  # a long prompt, then a short goal
+
+    def refill(loop):
+        if not waiting:
+            return False
+        key, prompt, budget = waiting.pop(0)
+        req = request(budget=budget)
+        run = JobRun(req, Plan(), DeadlineClock(0.0, budget, clock), lambda: False,
+                     lambda ev, el, rem, plan: seen[key].append(el))
+        loop.start(Member(str(key), run, req.max_new_tokens,
+                          lambda result: results.__setitem__(key, result)), prompt, Plan())
+        return True
+    DecodeLoop(backend, capacity=2).run(refill)
+    # 1 chunk and 8 steps of 0.1 s: interleaved with the long chunks it would need 1.7 s.
+    assert results[1].outcome == Outcome.COMPLETED and results[1].deadline_met
+    assert results[1].e2e_s == pytest.approx(0.9)
+    assert results[0].outcome == Outcome.COMPLETED
+
+
 def test_a_prefill_stopped_between_chunks_frees_what_it_holds():
     clock = ScriptedClock()
     backend = ScriptedBackend(clock, 0.3, words=50, chunks=10)
@@ -363,7 +390,7 @@ def test_goals_in_one_batch_each_stop_at_their_own_token_boundary():
     short, long_ = goal(budget=0.25), goal(budget=10.0)
     killed, done = run_all(ScriptedBackend(clock, 0.1, words=8), [short, long_], capacity=2)
     # The short one prefills and steps (tokens at 0.1 and 0.2) while the long one waits
-    # for its prefill chunk (0.2-0.3); the next shared step ends at 0.4, past 0.25.
+    # for its one-chunk prefill (0.2-0.3); the next shared step ends at 0.4, past 0.25.
     assert killed.outcome == Outcome.KILLED and killed.tokens == 3
     assert killed.e2e_s == pytest.approx(0.4)
     assert done.outcome == Outcome.COMPLETED and done.text == ''.join(f'w{i} ' for i in range(8))

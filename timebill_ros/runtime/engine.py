@@ -302,6 +302,11 @@ class TorchPrefill:
                                           for layer in self.cache.layers], upto)
 
     @property
+    def chunks_left(self) -> int:
+        """Count the chunks still to run."""
+        return sum(1 for begin, _ in self.bounds if begin >= self.tokens_done)
+
+    @property
     def done(self) -> bool:
         """Tell whether the whole prompt is in the cache."""
         return self.tokens_done >= self.total

@@ -326,6 +326,11 @@ class LlamaPrefill:
         self.stats.prefix_tokens = self.tokens_done
 
     @property
+    def chunks_left(self) -> int:
+        """Count the chunks still to run."""
+        return -(-(self.total - self.tokens_done) // self.engine.model.chunk)
+
+    @property
     def done(self) -> bool:
         """Tell whether the whole prompt is in the sequence."""
         return self.tokens_done >= self.total

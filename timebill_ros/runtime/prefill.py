@@ -22,6 +22,10 @@ class PrefillRun(Protocol):
     tokens_done: int  # prompt tokens in the cache so far
 
     @property
+    def chunks_left(self) -> int:
+        """Count the chunks still to run."""
+
+    @property
     def done(self) -> bool:
         """Tell whether the whole prompt is prefilled."""
 

@@ -14,6 +14,7 @@ of answer, the goal's own stop rule: its deadline policy, cancel and feedback,
 from __future__ import annotations
 
 from contextlib import ExitStack
+import math
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
@@ -207,6 +208,9 @@ class DecodeLoop:
             return
         entry = min(self.prefilling, key=lambda e: e[1].total - e[1].tokens_done)
         member, prefill = entry
+        due = min((_deadline(m.run) for m in self.members.values()), default=math.inf)
+        if prefill.chunks_left > 1 and _deadline(member.run) > due:
+            return  # EDF: a long prefill waits while goals decode toward earlier deadlines
         try:
             prefill.advance()
             if not prefill.done:
@@ -333,6 +337,12 @@ class DecodeLoop:
                 lane.leave(k)
                 del self.members[k]
                 member.end(member.run.finish(stats))
+
+
+def _deadline(run) -> float:
+    """Return a goal's absolute deadline (monotonic s; none: infinity)."""
+    clock = getattr(run, 'clock', None)
+    return clock.deadline if clock is not None else math.inf
 
 
 class _CallbackRun:
