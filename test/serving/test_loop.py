@@ -219,13 +219,11 @@ def test_a_long_prefill_interleaves_with_the_goals_already_decoding():
     assert max(gaps) <= 0.2 + 1e-9  # one chunk and one step between its tokens
 
 
-def test_a_short_prompt_behind_a_long_prefill_starts_within_a_chunk_and_meets_its_deadline():
-    clock = ScriptedClock()
-    backend = ScriptedBackend(clock, 0.1, words=5, chunks=len)  # a chunk per prompt token
-    seen, results = {0: [], 1: [], 2: []}, {}
-    # A 40-chunk prompt (no deadline to speak of), then a 1-chunk one with 1 s, and a
-    # 30-chunk one whose 0.5 s run out while it waits: Kill ends it then, not later.
-    waiting = [(0, [1] * 40, 100.0), (1, [1], 1.0), (2, [1] * 30, 0.5)]
+def run_prompts(backend, goals, capacity):
+    """Run (prompt, budget) goals in one loop, all waiting at the start: (seen, results)."""
+    clock = backend.clock
+    seen, results = {key: [] for key in range(len(goals))}, {}
+    waiting = [(key, prompt, budget) for key, (prompt, budget) in enumerate(goals)]
 
     def refill(loop):
         if not waiting:
@@ -237,7 +235,16 @@ def test_a_short_prompt_behind_a_long_prefill_starts_within_a_chunk_and_meets_it
         loop.start(Member(str(key), run, req.max_new_tokens,
                           lambda result: results.__setitem__(key, result)), prompt, Plan())
         return True
-    DecodeLoop(backend, capacity=3).run(refill)
+    DecodeLoop(backend, capacity).run(refill)
+    return seen, results
+
+
+def test_a_short_prompt_behind_a_long_prefill_starts_within_a_chunk_and_meets_its_deadline():
+    clock = ScriptedClock()
+    backend = ScriptedBackend(clock, 0.1, words=5, chunks=len)  # a chunk per prompt token
+    # A 40-chunk prompt (no deadline to speak of), then a 1-chunk one with 1 s, and a
+    # 30-chunk one whose 0.5 s run out while it waits: Kill ends it then, not later.
+    seen, results = run_prompts(backend, [([1] * 40, 100.0), ([1], 1.0), ([1] * 30, 0.5)], 3)
     assert results[1].outcome == Outcome.COMPLETED and results[1].deadline_met
     assert seen[1][0] <= 0.1 + 1e-9  # its one chunk ran first
     assert results[2].outcome == Outcome.KILLED and 'during prefill' in results[2].reason
@@ -248,20 +255,8 @@ def test_a_short_prompt_behind_a_long_prefill_starts_within_a_chunk_and_meets_it
 def test_a_long_prefill_with_a_later_deadline_waits_for_goals_decoding_to_earlier_ones():
     clock = ScriptedClock()
     backend = ScriptedBackend(clock, 0.1, words=8, chunks=len)
-    seen, results = {0: [], 1: []}, {}
-    waiting = [(0, [1] * 40, 100.0), (1, [1], 1.5)]  # a long prompt, then a short goal
-
-    def refill(loop):
-        if not waiting:
-            return False
-        key, prompt, budget = waiting.pop(0)
-        req = request(budget=budget)
-        run = JobRun(req, Plan(), DeadlineClock(0.0, budget, clock), lambda: False,
-                     lambda ev, el, rem, plan: seen[key].append(el))
-        loop.start(Member(str(key), run, req.max_new_tokens,
-                          lambda result: results.__setitem__(key, result)), prompt, Plan())
-        return True
-    DecodeLoop(backend, capacity=2).run(refill)
+    # A long prompt, then a short goal.
+    seen, results = run_prompts(backend, [([1] * 40, 100.0), ([1], 1.5)], 2)
     # 1 chunk and 8 steps of 0.1 s: interleaved with the long chunks it would need 1.7 s.
     assert results[1].outcome == Outcome.COMPLETED and results[1].deadline_met
     assert results[1].e2e_s == pytest.approx(0.9)
