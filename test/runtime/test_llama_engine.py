@@ -98,7 +98,7 @@ def test_goals_batched_in_one_lane_keep_their_solo_answers(engine, tokenizer):
         def __init__(self, key):
             self.key, self.tokens = key, []
 
-        def interrupt(self):
+        def interrupt(self, next_chunk_s=0.0):
             return False
 
         def on_token(self, event):

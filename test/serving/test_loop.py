@@ -87,6 +87,10 @@ class ScriptedPrefill:
     def chunks_left(self):
         return self.total - self.tokens_done
 
+    @property
+    def next_chunk(self):
+        return 0 if self.done else 1
+
     def advance(self):
         self.backend.clock.t += self.backend.step
         self.tokens_done += 1
@@ -182,16 +186,29 @@ def test_kill_stops_at_first_boundary_after_deadline():
     assert result.tokens == 4 and result.e2e_s == 1.2
 
 
-def test_kill_ends_a_chunked_prefill_within_one_chunk_of_the_deadline():
+def test_kill_ends_a_chunked_prefill_before_a_chunk_that_would_end_past_the_deadline():
     clock = ScriptedClock()
     backend = ScriptedBackend(clock, 0.3, words=50, chunks=10)
     result, seen = run(backend, request(budget=1.0), clock)
-    # chunks end at 0.3, 0.6, 0.9, 1.2: asked before the fifth, past the deadline
+    # chunks end at 0.3, 0.6, 0.9; the fourth, timed as the last (0.3 s), would end at 1.2
     assert result.outcome == Outcome.KILLED and not result.deadline_met and seen == []
-    assert result.e2e_s == pytest.approx(1.2) and 'during prefill' in result.reason
-    assert '4 of 10 prompt tokens' in result.reason
+    assert result.e2e_s == pytest.approx(0.9) and 'during prefill' in result.reason
+    assert '3 of 10 prompt tokens' in result.reason and 'before the deadline' in result.reason
     auto = Request('q', '', 1.0, OverrunPolicy.KILL, Mode.AUTO, 100, 1.0)
     assert run(backend, auto, clock)[0].outcome == Outcome.KILLED  # in every mode
+
+
+def test_kill_overruns_by_at_most_the_first_chunk_which_has_no_timing_yet():
+    clock = ScriptedClock()
+    result, _ = run(ScriptedBackend(clock, 0.3, words=50, chunks=10), request(budget=0.2), clock)
+    assert result.outcome == Outcome.KILLED and result.e2e_s == pytest.approx(0.3)
+    assert '1 of 10 prompt tokens' in result.reason and 'past it' in result.reason
+
+
+def test_a_prefill_that_fits_is_not_stopped_early():
+    clock = ScriptedClock()
+    result, _ = run(ScriptedBackend(clock, 0.3, words=1, chunks=3), request(budget=1.25), clock)
+    assert result.outcome == Outcome.COMPLETED and result.deadline_met
 
 
 def test_a_long_prefill_interleaves_with_the_goals_already_decoding():

@@ -141,10 +141,17 @@ class JobRun:
                 self.plan)
         return None
 
-    def interrupt(self) -> bool:
-        """Tell whether a chunked prefill must stop now (canceled, or Kill past the deadline)."""
+    def interrupt(self, next_chunk_s: float = 0.0) -> bool:
+        """Tell whether a chunked prefill must stop before its next chunk.
+
+        Canceled, or Kill once the next chunk (``next_chunk_s`` expected) would end past
+        the deadline: a prompt that cannot be in the cache by then has no answer to give,
+        and a chunk deep in a long prompt may take far longer than the one-token overrun
+        Kill allows.
+        """
         return self.cancel_requested() or (
-            self.request.policy == OverrunPolicy.KILL and self.clock.expired())
+            self.request.policy == OverrunPolicy.KILL
+            and self.clock.remaining() <= next_chunk_s)
 
     def on_token(self, event: TokenEvent) -> bool:
         """Stream a token; return False when the rules stop the goal here."""
@@ -199,7 +206,10 @@ class JobRun:
             return JobResult(
                 outcome=Outcome.CANCELED if canceled else Outcome.KILLED, deadline_met=False,
                 reason=(f'canceled by the caller during prefill ({exc})' if canceled else
-                        f'killed during prefill at the deadline ({exc}; {-late:.3f} s past it)'),
+                        f'killed during prefill at the deadline ({exc}; {-late:.3f} s past it)'
+                        if late <= 0 else
+                        f'killed during prefill {late:.3f} s before the deadline: its next '
+                        f'chunk would end past it ({exc})'),
                 queue_s=self.queue_s, e2e_s=self.clock.elapsed(now), plan=self.plan)
         return JobResult(outcome=Outcome.FAILED, deadline_met=False,
                          reason=f'generation failed: {type(exc).__name__}: {exc}',

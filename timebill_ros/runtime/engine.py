@@ -307,6 +307,11 @@ class TorchPrefill:
         return sum(1 for begin, _ in self.bounds if begin >= self.tokens_done)
 
     @property
+    def next_chunk(self) -> int:
+        """Count the prompt tokens the next chunk holds (0 when done)."""
+        return next((end - begin for begin, end in self.bounds if begin == self.tokens_done), 0)
+
+    @property
     def done(self) -> bool:
         """Tell whether the whole prompt is in the cache."""
         return self.tokens_done >= self.total

@@ -331,6 +331,11 @@ class LlamaPrefill:
         return -(-(self.total - self.tokens_done) // self.engine.model.chunk)
 
     @property
+    def next_chunk(self) -> int:
+        """Count the prompt tokens the next chunk holds (0 when done)."""
+        return min(self.engine.model.chunk, self.total - self.tokens_done)
+
+    @property
     def done(self) -> bool:
         """Tell whether the whole prompt is in the sequence."""
         return self.tokens_done >= self.total

@@ -26,6 +26,10 @@ class PrefillRun(Protocol):
         """Count the chunks still to run."""
 
     @property
+    def next_chunk(self) -> int:
+        """Count the prompt tokens the next chunk holds (0 when done)."""
+
+    @property
     def done(self) -> bool:
         """Tell whether the whole prompt is prefilled."""
 

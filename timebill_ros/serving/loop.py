@@ -30,8 +30,8 @@ class GoalRun(Protocol):
     plan: Plan
     closes_batch: bool
 
-    def interrupt(self) -> bool:
-        """Tell whether a chunked prefill must stop before its next chunk."""
+    def interrupt(self, next_chunk_s: float = 0.0) -> bool:
+        """Tell whether a chunked prefill must stop before a chunk of ``next_chunk_s``."""
 
     def on_token(self, event: TokenEvent) -> bool:
         """Stream a token; return False when the goal stops here."""
@@ -81,6 +81,32 @@ class Member:
         return True
 
 
+@dataclass(eq=False)
+class Prefilling:
+    """A goal whose prompt is being prefilled, and how long its last chunk took."""
+
+    member: Member
+    prefill: object  # runtime.prefill.PrefillRun
+    last_tokens: int = 0
+    last_s: float = 0.0
+
+    def next_chunk_s(self) -> float:
+        """Return the expected seconds of the next chunk (0 before one has run).
+
+        Scaled from the last chunk by token count, never below it: a chunk's fixed cost
+        (the weights' pass) dominates small chunks, and attention grows with position.
+        """
+        if not self.last_tokens:
+            return 0.0
+        return self.last_s * max(1.0, self.prefill.next_chunk / self.last_tokens)
+
+    def advance(self, clock) -> None:
+        """Prefill the next chunk, timing it."""
+        before, t = self.prefill.tokens_done, clock()
+        self.prefill.advance()
+        self.last_s, self.last_tokens = clock() - t, self.prefill.tokens_done - before
+
+
 class StepHook(Protocol):
     """Acts at every token boundary: before a round, and on each member's logits."""
 
@@ -128,7 +154,7 @@ class DecodeLoop:
         self.backend, self.capacity, self.hooks = backend, capacity, tuple(hooks)
         self.on_step = on_step
         self.members: dict = {}  # key -> Member
-        self.prefilling: list = []  # [Member, its PrefillRun], oldest first
+        self.prefilling: list = []  # Prefilling goals, oldest first
         self.lanes: dict = {}  # lane key -> lane
         self.last_step: dict = {}  # lane key -> its last step's seconds
         self._threads, self._threads_key = ExitStack(), None
@@ -139,7 +165,7 @@ class DecodeLoop:
 
     def closed(self) -> bool:
         """Tell whether no goal may join now: a Skip-Next goal or an exclusive lane runs."""
-        runs = [m.run for m in self.members.values()] + [m.run for m, _ in self.prefilling]
+        runs = [m.run for m in self.members.values()] + [p.member.run for p in self.prefilling]
         return any(run.closes_batch for run in runs) or any(
             lane.exclusive and len(lane) for lane in self.lanes.values())
 
@@ -167,8 +193,8 @@ class DecodeLoop:
                         hook.before_round(self)
                     self._round()
         finally:
-            for member, prefill in self.prefilling:
-                prefill.abandon()
+            for entry in self.prefilling:
+                entry.prefill.abandon()
             self._threads.close()
 
     def start(self, member: Member, prompt_ids: Sequence[int], plan: Plan,
@@ -183,36 +209,38 @@ class DecodeLoop:
         except Exception as exc:  # noqa: BLE001 - any engine failure ends the goal
             member.end(member.run.failed(exc))
             return
-        self.prefilling.append([member, prefill])
+        self.prefilling.append(Prefilling(member, prefill))
 
     def _prefill_chunk(self) -> None:
         """Prefill one chunk of the prefilling goal with the least left, after their rules.
 
-        Every prefilling goal's rules are asked each round (Kill past its deadline,
-        cancel), not only the one that runs: a short prompt behind a long one must not
-        wait out the long one's prefill. The least prefill left goes first, so a short
-        prompt starts decoding within a chunk and the long one goes on between steps.
+        Every prefilling goal's rules are asked each round (Kill, cancel), not only the
+        one that runs: a short prompt behind a long one must not wait out the long one's
+        prefill. The rules see the next chunk's expected seconds, so Kill can stop a
+        prompt whose next chunk would end past the deadline (a chunk deep in a long
+        prompt takes far longer than a token). The least prefill left goes first, so a
+        short prompt starts decoding within a chunk and the long one goes on between steps.
         """
         self._threads.close()  # a prefill runs with the thread's own setting
         self._threads_key = None
         for entry in list(self.prefilling):
-            member, prefill = entry
             try:
-                stopped = member.run.interrupt()
+                stopped = entry.member.run.interrupt(entry.next_chunk_s())
             except Exception as exc:  # noqa: BLE001 - any failure ends the goal
                 stopped = exc
             if stopped:
+                prefill = entry.prefill
                 self._end_prefill(entry, stopped if isinstance(stopped, Exception) else
                                   PrefillInterrupted(prefill.tokens_done, prefill.total))
         if not self.prefilling:
             return
-        entry = min(self.prefilling, key=lambda e: e[1].total - e[1].tokens_done)
-        member, prefill = entry
+        entry = min(self.prefilling, key=lambda e: e.prefill.total - e.prefill.tokens_done)
+        member, prefill = entry.member, entry.prefill
         due = min((_deadline(m.run) for m in self.members.values()), default=math.inf)
         if prefill.chunks_left > 1 and _deadline(member.run) > due:
             return  # EDF: a long prefill waits while goals decode toward earlier deadlines
         try:
-            prefill.advance()
+            entry.advance(self.backend.clock)
             if not prefill.done:
                 return
             cache, logits, stats = prefill.result()
@@ -222,12 +250,11 @@ class DecodeLoop:
         self.prefilling.remove(entry)
         self._take_in(member, cache, logits, stats, prefill.total)
 
-    def _end_prefill(self, entry: list, exc: Exception) -> None:
+    def _end_prefill(self, entry: 'Prefilling', exc: Exception) -> None:
         """End a prefilling goal with ``exc`` (stopped, or its engine failed)."""
         self.prefilling.remove(entry)
-        member, prefill = entry
-        prefill.abandon()
-        member.end(member.run.failed(exc))
+        entry.prefill.abandon()
+        entry.member.end(entry.member.run.failed(exc))
 
     def _take_in(self, member: Member, cache, logits, stats: GenerationStats,
                  prompt_tokens: int) -> None:
@@ -270,9 +297,9 @@ class DecodeLoop:
             del self.members[member.key]
             member.end(member.run.failed(exc))
         prefilling, self.prefilling = self.prefilling, []
-        for member, prefill in prefilling:
-            prefill.abandon()
-            member.end(member.run.failed(exc))
+        for entry in prefilling:
+            entry.prefill.abandon()
+            entry.member.end(entry.member.run.failed(exc))
         self.lanes.clear()
 
     def _lane(self, key: tuple):
@@ -357,7 +384,7 @@ class _CallbackRun:
     def token_budget(self, index: int) -> float | None:
         return self._budget(index) if self._budget is not None else None
 
-    def interrupt(self) -> bool:
+    def interrupt(self, next_chunk_s: float = 0.0) -> bool:
         return False
 
     def switch_to(self, index: int, sharing) -> str:
