@@ -7,6 +7,7 @@ from typing import Callable
 
 from timebill_ros.core.deadline import (
     after_token, closes_batch, DeadlineClock, finished_outcome, Step)
+from timebill_ros.core.output import ENGINE_STOPS, StopReason
 from timebill_ros.core.planning import Fallback, Plan
 from timebill_ros.core.request import Outcome, OverrunPolicy, Rejection, Request
 
@@ -45,6 +46,11 @@ class GenerationStats:
     switched_to: str = ''
     # Most sequences decoded together in one step (1: alone).
     batch_peak: int = 1
+    # The grammar's completion added without the model (deadline or max tokens), and
+    # whether the answer conforms to its schema or grammar (free text: True).
+    closure_text: str = ''
+    closure_tokens: int = 0
+    valid: bool = True
 
     @property
     def decode_s(self) -> float:
@@ -98,6 +104,8 @@ class JobResult:
     switched_to: str = ''
     batch_peak: int = 1
     prefix_tokens: int = 0  # prompt tokens the prefix cache supplied (not prefilled)
+    stop_reason: StopReason = StopReason.NONE
+    valid: bool = False  # the text conforms to the goal's schema or grammar (free text: ran)
 
 
 # (token, elapsed, remaining, plan in force)
@@ -140,6 +148,21 @@ class JobRun:
                 f'killed: deadline passed while queued ({self.queue_s:.3f} s in queue)',
                 self.plan)
         return None
+
+    def closes_now(self, now: float, next_step_s: float) -> bool:
+        """Tell whether a structured answer must be closed now, before the next step.
+
+        Under Kill, when the next step (``next_step_s`` expected) would end past the
+        deadline: the closure then completes the structure in time instead of the
+        step being cut.
+        """
+        return (self.request.policy == OverrunPolicy.KILL
+                and self.clock.remaining(now) <= next_step_s)
+
+    @property
+    def killed(self) -> bool:
+        """Tell whether Kill stopped the goal at its last token (not cancel, not the end)."""
+        return self.last == Step.KILL
 
     def interrupt(self, next_chunk_s: float = 0.0) -> bool:
         """Tell whether a chunked prefill must stop before its next chunk.
@@ -197,7 +220,7 @@ class JobRun:
         if isinstance(exc, Rejection):  # the plan made during prefill cannot meet the deadline
             return JobResult(outcome=Outcome.REJECTED, deadline_met=False,
                              reason=f'after {self.clock.elapsed(now) - self.queue_s:.3f} s of '
-                                    f'prefill: {exc.reason}',
+                                    f'prefill: {exc.reason}', stop_reason=StopReason.NONE,
                              queue_s=self.queue_s, e2e_s=self.clock.elapsed(now),
                              plan=exc.plan if exc.plan is not None else self.plan)
         if isinstance(exc, PrefillInterrupted):
@@ -210,8 +233,9 @@ class JobRun:
                         if late <= 0 else
                         f'killed during prefill {late:.3f} s before the deadline: its next '
                         f'chunk would end past it ({exc})'),
-                queue_s=self.queue_s, e2e_s=self.clock.elapsed(now), plan=self.plan)
-        return JobResult(outcome=Outcome.FAILED, deadline_met=False,
+                queue_s=self.queue_s, e2e_s=self.clock.elapsed(now), plan=self.plan,
+                stop_reason=StopReason.CANCELED if canceled else StopReason.KILLED)
+        return JobResult(outcome=Outcome.FAILED, deadline_met=False, stop_reason=StopReason.FAILED,
                          reason=f'generation failed: {type(exc).__name__}: {exc}',
                          text=''.join(self.parts), queue_s=self.queue_s,
                          e2e_s=self.clock.elapsed(now), plan=self.plan)
@@ -229,7 +253,18 @@ class JobRun:
             plan=self.plan, kv_tokens=stats.kv_tokens_after_prefill,
             exit_kinds=tuple(stats.exit_kinds), switched_at=stats.switched_at,
             switched_to=stats.switched_to, batch_peak=stats.batch_peak,
-            prefix_tokens=stats.prefix_tokens)
+            prefix_tokens=stats.prefix_tokens, stop_reason=_stop_reason(outcome, stats),
+            valid=stats.valid)
+
+
+def _stop_reason(outcome: Outcome, stats: GenerationStats) -> StopReason:
+    if outcome == Outcome.CANCELED:
+        return StopReason.CANCELED
+    if stats.stop == 'closed':
+        return StopReason.CLOSED_AT_DEADLINE
+    if outcome == Outcome.KILLED:
+        return StopReason.KILLED
+    return ENGINE_STOPS.get(stats.stop, StopReason.END_OF_ANSWER)
 
 
 def _reason(outcome: Outcome, met: bool, stats: GenerationStats, slack: float) -> str:
@@ -237,11 +272,17 @@ def _reason(outcome: Outcome, met: bool, stats: GenerationStats, slack: float) -
         return f'canceled by the caller after {stats.tokens} tokens'
     switched = f'; {stats.switched_to} decoding from answer token {stats.switched_at + 2}' \
         if stats.switched_at >= 0 else ''
+    closed = (f'; the grammar closed it with {stats.closure_tokens} tokens '
+              f'{stats.closure_text!r} (shortest legal values, not the model\'s)'
+              if stats.closure_tokens else '')
     if outcome == Outcome.KILLED:
+        partial = 'text is complete by the closure' if stats.closure_tokens else \
+            'text is partial'
         return (f'killed at the deadline after {stats.tokens} tokens'
-                f' ({-slack:.3f} s past it); text is partial{switched}')
-    ending = {'eos': 'end of answer', 'max_tokens': 'max_new_tokens reached'}.get(
-        stats.stop, stats.stop or 'end')
+                f' ({-slack:.3f} s past it); {partial}{closed}{switched}')
+    ending = {'eos': 'end of answer', 'max_tokens': 'max_new_tokens reached',
+              'stop_string': 'stop sequence', 'closed': 'closed at the deadline'}.get(
+        stats.stop, stats.stop or 'end') + closed
     if met:
         return f'completed in time ({ending}, {slack:.3f} s to spare){switched}'
     return f'completed {-slack:.3f} s after the deadline ({ending}){switched}'

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 import enum
 import math
 
+from timebill_ros.core.output import OutputSpec, validate_output
+
 
 class Outcome(enum.IntEnum):
     """How a goal ended; values equal the Instruct result constants."""
@@ -67,6 +69,15 @@ class GoalSpec:
     expected_tokens: int = 0
     token_deadline_s: float = 0.0
     precision: str = ''
+    # The answer's form (core.output.validate_output's fields).
+    system_prompt: str = ''
+    history: tuple = ()  # ((role, content), ...)
+    stop: tuple = ()
+    temperature: float = 0.0
+    top_p: float = 0.0  # 0 = 1
+    seed: int = 0
+    json_schema: str = ''
+    grammar: str = ''
 
 
 @dataclass(frozen=True)
@@ -104,6 +115,8 @@ class Request:
     token_deadline_s: float = 0.0
     # Pinned decode precision ('' = the planner's choice).
     precision: str = ''
+    # Chat turns, stop strings, sampling, schema or grammar.
+    output: OutputSpec = OutputSpec()
 
 
 def _enum_value(enum_type, value, what: str):
@@ -167,11 +180,16 @@ def validate(spec: GoalSpec, limits: Limits) -> Request:
                         f'{", ".join(sorted(limits.precisions))}, or empty for the planner)')
     if precision and mode not in (Mode.AUTO, Mode.NONE):
         raise Rejection(f'a pinned precision needs MODE_AUTO or MODE_NONE (got {mode.name})')
+    try:
+        output = validate_output(spec.system_prompt, spec.history, spec.stop, spec.temperature,
+                                 spec.top_p, spec.seed, spec.json_schema, spec.grammar)
+    except ValueError as exc:
+        raise Rejection(str(exc)) from None
     return Request(
         instruction=spec.instruction, context=spec.context or '', budget_s=budget,
         policy=policy, mode=mode, max_new_tokens=max_new, pessimistic_factor=factor,
         request_id=spec.request_id, eviction_ratio=ratio, expected_tokens=expected,
-        token_deadline_s=token_deadline, precision=precision)
+        token_deadline_s=token_deadline, precision=precision, output=output)
 
 
 def check_prompt_fits(prompt_tokens: int, context_window: int) -> None:

@@ -39,7 +39,17 @@ def spec_from(msg, request_id: str = '') -> GoalSpec:
         pessimistic_factor=msg.pessimistic_factor,
         request_id=request_id or getattr(msg, 'id', ''),
         eviction_ratio=msg.eviction_ratio, expected_tokens=msg.expected_tokens,
-        token_deadline_s=duration_to_s(msg.token_deadline), precision=msg.precision)
+        token_deadline_s=duration_to_s(msg.token_deadline), precision=msg.precision,
+        **output_fields(msg))
+
+
+def output_fields(msg) -> dict:
+    """Return a goal's answer-form fields (core.output) as GoalSpec keywords."""
+    return dict(system_prompt=msg.system_prompt,
+                history=tuple((turn.role, turn.content) for turn in msg.history),
+                stop=tuple(msg.stop), temperature=float(msg.temperature),
+                top_p=float(msg.top_p), seed=int(msg.seed), json_schema=msg.json_schema,
+                grammar=msg.grammar)
 
 
 def plan_to_msg(plan: Plan) -> InferencePlan:
@@ -68,7 +78,8 @@ def result_to_msg(result: JobResult) -> Instruct.Result:
         text=result.text, outcome=int(result.outcome), deadline_met=result.deadline_met,
         reason=result.reason, tokens=result.tokens, queue_s=result.queue_s,
         prefill_s=result.prefill_s, decode_s=result.decode_s, e2e_s=result.e2e_s,
-        plan=plan_to_msg(result.plan))
+        plan=plan_to_msg(result.plan), stop_reason=int(result.stop_reason),
+        valid=bool(result.valid))
 
 
 def response_msg(request_id: str, result: JobResult, stamp) -> Response:
@@ -77,7 +88,8 @@ def response_msg(request_id: str, result: JobResult, stamp) -> Response:
         id=request_id, text=result.text, outcome=int(result.outcome),
         deadline_met=result.deadline_met, reason=result.reason, tokens=result.tokens,
         queue_s=result.queue_s, prefill_s=result.prefill_s, decode_s=result.decode_s,
-        e2e_s=result.e2e_s, plan=plan_to_msg(result.plan))
+        e2e_s=result.e2e_s, plan=plan_to_msg(result.plan),
+        stop_reason=int(result.stop_reason), valid=bool(result.valid))
     msg.header.stamp = stamp
     return msg
 

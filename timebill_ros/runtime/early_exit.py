@@ -31,6 +31,7 @@ class ExitStep:
     confidence: float
     kind: str         # 'full', 'threshold' or 'forced'
     seconds: float
+    logits: object = None  # the committing layer's logits row (a goal's grammar masks it)
 
 
 class LayerwiseDecoder:
@@ -76,7 +77,8 @@ class LayerwiseDecoder:
                 hidden = hidden[0] if isinstance(hidden, tuple) else hidden
                 depth = index + 1
                 if depth in self._candidates and depth < self.num_layers:
-                    probs = torch.softmax(self._logits(hidden, depth).float(), dim=-1)
+                    logits = self._logits(hidden, depth)
+                    probs = torch.softmax(logits.float(), dim=-1)
                     confidence, best = probs.max(dim=-1)
                     kind = self.rule.decide(depth, float(confidence), self.clock() - start,
                                             token_budget_s, self.times)
@@ -86,11 +88,12 @@ class LayerwiseDecoder:
                         else:
                             self._fill_skipped(hidden, depth, rotary, cache)
                         return ExitStep(int(best), depth, float(confidence), kind,
-                                        self.clock() - start)
-            probs = torch.softmax(self._logits(hidden).float(), dim=-1)
+                                        self.clock() - start, logits)
+            logits = self._logits(hidden)
+            probs = torch.softmax(logits.float(), dim=-1)
             confidence, best = probs.max(dim=-1)
         return ExitStep(int(best), self.num_layers, float(confidence), FULL,
-                        self.clock() - start)
+                        self.clock() - start, logits)
 
     def _run_rest(self, hidden, depth: int, pos, rotary, cache) -> None:
         """Run the layers after ``depth`` only for their K/V (exact cache, no saving)."""
@@ -170,5 +173,5 @@ class ExitLane(KeyedLane):
             budget = (budgets or {}).get(key)
             step = self.decoder.step(feed[key], position, cache, budget)
             state[1] = position + 1
-            out[key] = LaneStep(token=step.token_id, kind=step.kind)
+            out[key] = LaneStep(token=step.token_id, kind=step.kind, logits=step.logits)
         return out

@@ -152,8 +152,10 @@ class Constraint:
 
         Depth-first over the legal tokens: a forced token first, else the closers (a
         quote, a bracket, the shortest values) in ``CLOSERS`` order, and where few tokens
-        are legal (an enum, a key) the others after them, shortest text first. The matcher is rolled back to where it was;
-        None when nothing is found within ``max_tokens`` and ``time_limit_s``.
+        are legal (an enum, a key) the others after them, shortest text first; a token
+        that completes the structure at once is taken first. The matcher is rolled back
+        to where it was; None when nothing is found within ``max_tokens`` and
+        ``time_limit_s``.
         """
         deadline = time.perf_counter() + time_limit_s
         path: list = []
@@ -171,7 +173,8 @@ class Constraint:
         for token in candidates:  # a token that completes the structure at once wins
             if self.matcher.consume_token(token):
                 if self.complete:
-                    return tuple(path + [token])
+                    path.append(token)  # consumed: the caller rolls the whole path back
+                    return tuple(path)
                 self.matcher.rollback(1)
         for token in candidates:
             if not self.matcher.consume_token(token):
@@ -198,7 +201,6 @@ class Constraint:
         rank = {token: index for index, token in enumerate(closers)}
         texts = self.library._texts
         return sorted(legal_ids, key=lambda i: (rank.get(i, len(rank)), len(texts[i]), i))
-
 
 
 def _byte_level_json(tokenizer) -> str:

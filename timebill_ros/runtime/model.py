@@ -360,11 +360,18 @@ def intra_op_threads(threads: int):
         torch.set_num_threads(before)
 
 
-def prompt_ids(tokenizer, instruction: str, context: str = '', lock=None) -> list:
-    """Format one user turn with the model's chat template and return token ids."""
+def prompt_ids(tokenizer, instruction: str, context: str = '', lock=None,
+               system_prompt: str = '', history=()) -> list:
+    """Format the chat with the model's template and return token ids.
+
+    The messages are ``system_prompt`` (if any), the ``history`` turns ((role, content)
+    pairs) and the user turn: ``context`` then ``instruction``.
+    """
     content = f'{context.strip()}\n\n{instruction.strip()}' if context.strip() else \
         instruction.strip()
-    messages = [{'role': 'user', 'content': content}]
+    messages = [{'role': 'system', 'content': system_prompt}] if system_prompt else []
+    messages += [{'role': role, 'content': text} for role, text in history]
+    messages.append({'role': 'user', 'content': content})
     with lock if lock is not None else nullcontext():
         if getattr(tokenizer, 'chat_template', None):
             ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
@@ -372,4 +379,11 @@ def prompt_ids(tokenizer, instruction: str, context: str = '', lock=None) -> lis
             if hasattr(ids, 'keys'):
                 ids = ids['input_ids']
             return list(ids)
-        return list(tokenizer(content)['input_ids'])
+        return list(tokenizer('\n\n'.join(m['content'] for m in messages))['input_ids'])
+
+
+def request_prompt_ids(tokenizer, request, lock=None) -> list:
+    """Return the prompt token ids of a validated goal (core.request.Request)."""
+    output = request.output
+    return prompt_ids(tokenizer, request.instruction, request.context, lock,
+                      output.system_prompt, output.history)

@@ -21,7 +21,7 @@ from timebill_ros.core.request import Request
 from timebill_ros.runtime.length_encoder import (
     EncoderLengthModel, is_encoder_file, load_minilm)
 from timebill_ros.runtime.length_heads import LinearHead
-from timebill_ros.runtime.model import LoadedModel, prompt_ids
+from timebill_ros.runtime.model import LoadedModel, request_prompt_ids
 
 SHIPPED_HEAD = Path(__file__).resolve().parent.parent / 'data' / 'length_head.npz'
 
@@ -68,8 +68,7 @@ class TargetLayerFeatures:
         """Run the first layers on the chat-formatted prompt and pool the states."""
         import torch
         inner = self.loaded.model.model
-        ids = prompt_ids(self.loaded.tokenizer, request.instruction, request.context,
-                         lock=self.loaded.tokenizer_lock)
+        ids = request_prompt_ids(self.loaded.tokenizer, request, self.loaded.tokenizer_lock)
         if self.max_tokens and len(ids) > self.max_tokens:
             ids = ids[:self.HEAD_TOKENS] + ids[len(ids) - (self.max_tokens - self.HEAD_TOKENS):]
         with torch.inference_mode():

@@ -20,7 +20,8 @@ from timebill_ros.core.request import (
     check_prompt_fits, Mode, OverrunPolicy, Rejection, validate)
 from timebill_ros.core.scheduling import slot_starts
 from timebill_ros.core.timing import with_cached_prefix
-from timebill_ros.runtime.model import prompt_ids
+from timebill_ros.runtime.grammar import GrammarError
+from timebill_ros.runtime.model import request_prompt_ids
 from timebill_ros.serving.jobs import Job
 
 # A dispatch this much later than admission expected is new information worth a re-plan.
@@ -54,16 +55,17 @@ class Admission:
         pipeline, loaded = server.pipeline, server.loaded
         request = validate(spec, pipeline.limits)
         clock = DeadlineClock(accepted_at, request.budget_s)
-        ids = prompt_ids(loaded.tokenizer, request.instruction, request.context,
-                         lock=loaded.tokenizer_lock)
+        ids = request_prompt_ids(loaded.tokenizer, request, loaded.tokenizer_lock)
         check_prompt_fits(len(ids), loaded.context_window)
+        grammar = self._compile(request.output)
         pending = self.predicts_in_prefill(pipeline, request)
         known, how, spread = self._known_length(pipeline, request, len(ids), pending,
                                                 clock.remaining())  # outside the lock
         job = Job(key=key, request=request, prompt_ids=ids, clock=clock, plan=Plan(
             prompt_tokens=len(ids), predicted_tokens=known or 0,
             predictor='' if known else PENDING), spread=spread,
-            prefix_tokens=getattr(pipeline.engine, 'cached_prefix', lambda ids: 0)(ids))
+            prefix_tokens=getattr(pipeline.engine, 'cached_prefix', lambda ids: 0)(ids),
+            grammar=grammar)
         with dispatch.lock:
             dispatch.check_room_locked()
             self._plan_in_queue(job, pipeline, known, pending)
@@ -77,6 +79,19 @@ class Admission:
         if pending and not reserve:
             self._preview_prefill_plan(job, pipeline)
         return job
+
+    def _compile(self, output) -> str:
+        """Return the goal's compiled schema or grammar ('' for free text).
+
+        Raise Rejection with llguidance's reason when it cannot be used.
+        """
+        if not output.constrained:
+            return ''
+        try:
+            return self.server.grammars.compile(output.json_schema, output.grammar)
+        except GrammarError as exc:
+            raise Rejection(f'invalid {"json_schema" if output.json_schema else "grammar"}: '
+                            f'{exc}') from None
 
     def _preview_prefill_plan(self, job: Job, pipeline) -> None:
         """Show a dry run the plan its prefill would make, its length predicted now.

@@ -17,6 +17,7 @@ from timebill_ros.core.deadline import SkipNextTracker
 from timebill_ros.core.execution import ended_before_start, JobResult, JobRun
 from timebill_ros.core.request import Outcome, Rejection
 from timebill_ros.core.scheduling import make_scheduler
+from timebill_ros.runtime.choosing import TokenChooser
 from timebill_ros.serving.jobs import Job, JobHooks
 from timebill_ros.serving.loop import DecodeLoop, Member
 
@@ -230,5 +231,13 @@ class Dispatch:
                                                job.plan))
             return
         loop.start(Member(job.key, run, job.request.max_new_tokens,
-                          lambda result: self._done(job, result)),
+                          lambda result: self._done(job, result), chooser=self._chooser(job)),
                    job.prompt_ids, run.plan, decide)
+
+    def _chooser(self, job: Job):
+        """Return the goal's token chooser (None: greedy free text, the backend's argmax)."""
+        output = job.request.output
+        if output.plain:
+            return None
+        constraint = self.server.grammars.constraint(job.grammar) if job.grammar else None
+        return TokenChooser(output, constraint)

@@ -58,6 +58,8 @@ class Job:
     spread: object = None
     # Prompt tokens the torch engine's prefix cache held at admission (planned as free).
     prefix_tokens: int = 0
+    # llguidance's compiled schema or grammar ('' = free text).
+    grammar: str = ''
 
     def waiting(self) -> Waiting:
         """Return what a scheduler orders this job by.

@@ -61,24 +61,67 @@ class Member:
     text: object = None  # the backend's text stream
     lane: tuple = FULL_LANE
     token: int = -1  # the token to feed at the next step
+    # The goal's sampler, grammar and stop strings (runtime.choosing.TokenChooser);
+    # None: greedy free text (the backend's argmax).
+    chooser: object = None
+    last_delta: str = ''  # the text of the last token streamed
 
-    def emit(self, token: int, eos_ids, now: float) -> bool:
-        """Stream one token produced at ``now``; return False when the goal ends with it."""
-        stats = self.stats
+    def emit(self, token: int, eos_ids, now: float, next_step_s: float = 0.0) -> bool:
+        """Stream one token produced at ``now``; return False when the goal ends with it.
+
+        ``next_step_s`` is what the next step is expected to take (0: unknown): a
+        structured answer whose next step would end past its deadline is closed now.
+        """
+        stats, chooser = self.stats, self.chooser
         if token in eos_ids:
             stats.stop = 'eos'
             return False
-        stats.tokens += 1
-        self.token = token
-        event = TokenEvent(index=stats.tokens - 1, token_id=token,
-                           text_delta=self.text.push(token), time=now)
-        if not self.run.on_token(event):
+        go_on = self._stream(token, now)
+        if chooser is not None and not chooser.accept(token, self.last_delta):
+            stats.stop = 'stop_string'
+            return False
+        if not go_on:
             stats.stop = 'stopped'
+            if chooser is not None and chooser.closable and self.run.killed:
+                self._close('closed', now)
             return False
         if stats.tokens >= self.max_new_tokens:
             stats.stop = 'max_tokens'
+            if chooser is not None and chooser.closable:
+                self._close('max_tokens', now)
+            return False
+        if chooser is not None and chooser.closable and self.run.closes_now(now, next_step_s):
+            self._close('closed', now)
             return False
         return True
+
+    def _stream(self, token: int, now: float) -> bool:
+        """Count and stream one token; return what the goal's rules say (go on or not)."""
+        stats = self.stats
+        stats.tokens += 1
+        self.token = token
+        self.last_delta = self.text.push(token)
+        return self.run.on_token(TokenEvent(index=stats.tokens - 1, token_id=token,
+                                            text_delta=self.last_delta, time=now))
+
+    def _close(self, stop: str, now: float) -> None:
+        """Complete the structure with the grammar's closure (no model step), if one exists."""
+        tokens = self.chooser.closure()
+        if tokens is None:
+            return  # nothing found in time: the answer stays cut (valid False)
+        stats, parts = self.stats, []
+        for token in tokens:
+            self._stream(token, now)
+            self.chooser.accept(token, self.last_delta)
+            parts.append(self.last_delta)
+        stats.stop, stats.closure_tokens = stop, len(tokens)
+        stats.closure_text = ''.join(parts)
+
+    def finished(self):
+        """Return the goal's result now that its generation ended."""
+        if self.chooser is not None:
+            self.stats.valid = self.chooser.valid()
+        return self.run.finish(self.stats)
 
 
 @dataclass(eq=False)
@@ -270,7 +313,7 @@ class DecodeLoop:
             return
         stats.batch_peak = max(stats.batch_peak, len(self.members) + 1)
         if not member.emit(self._pick(member, logits), backend.eos_ids, backend.clock()):
-            member.end(member.run.finish(stats))
+            member.end(member.finished())
             return
         lane.join(member.key, cache, prompt_tokens)
         self.members[member.key] = member
@@ -310,6 +353,8 @@ class DecodeLoop:
     def _pick(self, member: Member, logits) -> int:
         for hook in self.hooks:
             logits = hook.logits(member, logits)
+        if member.chooser is not None:
+            return member.chooser.choose(logits)
         return self.backend.pick(logits)
 
     def _use_threads(self, key: tuple) -> None:
@@ -352,6 +397,7 @@ class DecodeLoop:
         if self.on_step is not None:
             self.on_step(key, size, total_kv, step_s)
         peak = len(self.members)
+        round_s = sum(self.last_step.values())  # until a goal's next token: a whole round
         for k, step in steps.items():
             member = self.members[k]
             stats = member.stats
@@ -359,11 +405,14 @@ class DecodeLoop:
             stats.batch_peak = max(stats.batch_peak, peak)
             if step.kind:
                 stats.exit_kinds.append(step.kind)
-            token = step.token if step.token is not None else self._pick(member, step.logits)
-            if not member.emit(token, self.backend.eos_ids, clock()):
+            # A lane that picks its own token (early exit) also gives that layer's logits:
+            # a goal with a chooser (grammar, sampling) picks from those.
+            own = step.token is not None and (member.chooser is None or step.logits is None)
+            token = step.token if own else self._pick(member, step.logits)
+            if not member.emit(token, self.backend.eos_ids, clock(), round_s):
                 lane.leave(k)
                 del self.members[k]
-                member.end(member.run.finish(stats))
+                member.end(member.finished())
 
 
 def _deadline(run) -> float:

@@ -8,10 +8,12 @@ decode loop (serving/loop.py) and learning (online ETE, telemetry).
 
 from __future__ import annotations
 
+import threading
 from typing import Callable
 
 from timebill_ros.core.execution import JobResult
 from timebill_ros.core.profile import Profile
+from timebill_ros.runtime.grammar import GrammarLibrary
 from timebill_ros.runtime.model import on_own_thread
 from timebill_ros.serving.admission import Admission
 from timebill_ros.serving.assembly import Assembly, Pipeline
@@ -39,6 +41,22 @@ class Server:
         self.admission = Admission(self)
         self.dispatch = Dispatch(self, scheduler or self.config.scheduler,
                                  self.config.queue_length, self._finish)
+        # llguidance's view of the tokenizer takes ~1.5 s: built beside startup, so the
+        # first schema goal does not pay it inside its deadline.
+        self._grammars: list = []
+        self._grammars_ready = threading.Thread(
+            target=lambda: self._grammars.append(
+                GrammarLibrary(self.loaded.tokenizer, self.loaded.eos_ids)),
+            name='timebill-grammars', daemon=True)
+        self._grammars_ready.start()
+
+    @property
+    def grammars(self) -> GrammarLibrary:
+        """Return the grammar library (waits for its build, at most 60 s)."""
+        self._grammars_ready.join(timeout=60.0)
+        if not self._grammars:
+            raise RuntimeError('the grammar library failed to build (see the log)')
+        return self._grammars[0]
 
     @property
     def scheduler(self) -> str:

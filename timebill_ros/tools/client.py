@@ -15,7 +15,7 @@ from rclpy.node import Node
 from unique_identifier_msgs.msg import UUID
 
 from timebill_ros.action import Instruct
-from timebill_ros.msg import Response
+from timebill_ros.msg import ChatTurn, Response
 from timebill_ros.ros.convert import s_to_duration
 from timebill_ros.ros.qos import action_client_qos, reliable
 
@@ -54,13 +54,19 @@ def outcome_name(outcome: int) -> str:
 def make_goal(instruction: str, budget_s: float, context: str = '', policy: int = 0,
               mode: int = 1, max_new_tokens: int = 0,
               pessimistic_factor: float = 0.0, eviction_ratio: float = 0.0,
-              expected_tokens: int = 0, precision: str = '') -> Instruct.Goal:
-    """Build an Instruct goal from plain values."""
+              expected_tokens: int = 0, precision: str = '', system_prompt: str = '',
+              history=(), stop=(), temperature: float = 0.0, top_p: float = 0.0,
+              seed: int = 0, json_schema: str = '', grammar: str = '') -> Instruct.Goal:
+    """Build an Instruct goal from plain values (``history``: (role, content) pairs)."""
     return Instruct.Goal(instruction=instruction, context=context,
                          budget=s_to_duration(budget_s), overrun_policy=policy, mode=mode,
                          max_new_tokens=max_new_tokens, pessimistic_factor=pessimistic_factor,
                          eviction_ratio=eviction_ratio, expected_tokens=expected_tokens,
-                         precision=precision)
+                         precision=precision, system_prompt=system_prompt,
+                         history=[ChatTurn(role=role, content=content)
+                                  for role, content in history],
+                         stop=list(stop), temperature=float(temperature), top_p=float(top_p),
+                         seed=int(seed), json_schema=json_schema, grammar=grammar)
 
 
 class InstructClient:
