@@ -28,11 +28,10 @@ import datetime
 import json
 from pathlib import Path
 import statistics
-import subprocess
 import sys
 import time
 
-from timebill_ros.cli.common import machine, ROOT, shipped_params, stamped_log
+from timebill_ros.cli.common import commit, machine, shipped_params, stamped_log
 from timebill_ros.evaluation import metrics, robot_workload
 
 RELATIVE = (0.3, 0.5, 0.7, 1.0)
@@ -220,7 +219,7 @@ def main(argv=None) -> int:
     table = summarise(records, references)
     report = {
         'command': 'python -m timebill_ros.cli.bench_engines ' + ' '.join(argv or sys.argv[1:]),
-        'commit': _commit(), 'date': datetime.date.today().isoformat(), 'machine': machine(),
+        'commit': commit(), 'date': datetime.date.today().isoformat(), 'machine': machine(),
         'items': len(items), 'max_new_tokens': args.max_new_tokens, 'tiers': TIERS,
         'strategies': list(STRATEGIES),
         'minutes': (time.monotonic() - started) / 60.0, 'table': table,
@@ -247,14 +246,6 @@ def _choices(records: list) -> dict:
             name = record.get('precision', '') if record['outcome'] != 'REFUSED' else 'refused'
             tier[name] = tier.get(name, 0) + 1
     return choices
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=ROOT, text=True,
-                              capture_output=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return 'unknown'
 
 
 def _profiles() -> dict:

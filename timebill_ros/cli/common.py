@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 import platform
+import subprocess
 import time
 from typing import Callable
 
@@ -42,6 +43,15 @@ def write_outputs(out: Path, report: dict, markdown, plot) -> None:
     (out / 'README.md').write_text(text + '\n', encoding='utf-8')
     plot(report, out)
     print(text)
+
+
+def commit() -> str:
+    """Return the repository's short commit hash ('unknown' outside a git checkout)."""
+    try:
+        return subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=ROOT, text=True,
+                              capture_output=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return 'unknown'
 
 
 def stamped_log(started: float | None = None) -> Callable[[str], None]:

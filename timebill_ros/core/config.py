@@ -153,6 +153,11 @@ PARAMS = (
           "engine's keys and values, in blocks of 32 tokens, least recently used out first): "
           'a goal whose prompt starts like an earlier one (the same scene, map or log '
           'context) prefills only the rest. 0: off.', 0, 1048576),
+    Param('deadline_closure', True, 'When Kill (or max_new_tokens) would cut a JSON Schema '
+          "or grammar goal's answer, complete it with the grammar's shortest legal values "
+          "(no model step; named in the result's reason, stop_reason CLOSED_AT_DEADLINE) "
+          'so it still parses; before the next step when that step would end past the '
+          'deadline. False: the answer is cut like free text.'),
     Param('llama_context', 8192, 'KV cells of each llama.cpp option, shared by its max_batch '
           'sequences.', 256, 262144),
     Param('length_predictor_max_tokens', 256, 'Longest input the length predictor reads; '
@@ -239,6 +244,7 @@ class NodeConfig:
     llama_chunk: int = 64
     prefill_chunk: int = 128
     prefix_cache_mb: int = 512
+    deadline_closure: bool = True
     llama_context: int = 8192
     length_predictor_max_tokens: int = 256
     length_predictor_in_prefill: bool = True

@@ -18,9 +18,12 @@ from timebill_ros.core.output import OutputSpec
 class TokenChooser:
     """One goal's sampler, constraint and stop strings."""
 
-    def __init__(self, output: OutputSpec, constraint=None):
-        """Choose for ``output`` under ``constraint`` (runtime.grammar.Constraint or None)."""
-        self.output, self.constraint = output, constraint
+    def __init__(self, output: OutputSpec, constraint=None, closes: bool = True):
+        """Choose for ``output`` under ``constraint`` (runtime.grammar.Constraint or None).
+
+        ``closes`` False: a cut answer stays cut (no closure; the node's deadline_closure).
+        """
+        self.output, self.constraint, self.closes = output, constraint, closes
         self.rng = np.random.default_rng(output.seed or None)
         self._tail = ''  # the answer's last characters, for stop strings
         self._tail_keep = max((len(s) for s in output.stop), default=0) + 16
@@ -59,7 +62,7 @@ class TokenChooser:
     @property
     def closable(self) -> bool:
         """Tell whether a deadline closure applies (a structure not yet complete)."""
-        return self.constraint is not None and not self.constraint.complete
+        return self.closes and self.constraint is not None and not self.constraint.complete
 
     def closure(self) -> list | None:
         """Return the tokens that complete the structure now (None: none found)."""

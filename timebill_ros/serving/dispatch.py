@@ -240,4 +240,4 @@ class Dispatch:
         if output.plain:
             return None
         constraint = self.server.grammars.constraint(job.grammar) if job.grammar else None
-        return TokenChooser(output, constraint)
+        return TokenChooser(output, constraint, self.server.config.deadline_closure)
