@@ -459,3 +459,23 @@ def test_a_goal_may_pin_the_engine_in_none_and_auto_mode():
         plan = planner.plan(replace(req(mode), precision=ENGINE), 40, 0.5)
         assert plan.precision == ENGINE and plan.mode == mode
         assert plan.est_wcet_s == pytest.approx(LLAMA.wcet(40, 0.0, 60))
+
+
+def test_a_schema_goal_that_may_not_fit_runs_to_its_deadline_to_be_closed_there():
+    from timebill_ros.core.output import OutputSpec
+    planner = make_planner(lambda: MODEL, MaxTokensPredictor())
+    schema = replace(req(Mode.AUTO), output=OutputSpec(json_schema='{"type": "object"}'))
+    # Prefill 2 s and 100 tokens at 0.03 s do not fit 2.5 s, a few tokens do.
+    with pytest.raises(Rejection, match='cannot meet the deadline'):
+        planner.plan(req(Mode.AUTO), 2000, 2.5)
+    plan = planner.plan(schema, 2000, 2.5)
+    assert 'the grammar closes it there' in plan.note
+    # Not when the prompt itself cannot be in the cache in time, not without the closure,
+    # and not under Skip-Next (its goals run to the end of the answer).
+    with pytest.raises(Rejection):
+        planner.plan(schema, 2000, 1.5)
+    with pytest.raises(Rejection):
+        make_planner(lambda: MODEL, MaxTokensPredictor(), deadline_closure=False).plan(
+            schema, 2000, 2.5)
+    with pytest.raises(Rejection):
+        planner.plan(replace(schema, policy=OverrunPolicy.SKIP_NEXT), 2000, 2.5)

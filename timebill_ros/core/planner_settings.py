@@ -28,6 +28,7 @@ class PlannerSettings:
     min_cut_saving: float
     auto_early_exit: bool
     min_switch_speedup: float
+    deadline_closure: bool
 
     def __post_init__(self):
         """Raise ValueError on settings the planner cannot work with."""

@@ -14,7 +14,7 @@ from timebill_ros.core.early_exit import p99_tpot_estimate, schedulable
 from timebill_ros.core.eviction import press_skip_reason
 from timebill_ros.core.planner_settings import (  # noqa: F401 (re-exported)
     INFEASIBLE_POLICIES, PlannerSettings)
-from timebill_ros.core.request import Mode, Rejection, Request
+from timebill_ros.core.request import Mode, OverrunPolicy, Rejection, Request
 from timebill_ros.core.timing import TimingModel
 
 
@@ -204,6 +204,17 @@ def tokens_that_fit(ctx: CutContext, goal: Goal, cut: Cut) -> int:
         else:
             high = mid - 1
     return low
+
+
+def closes_in_time(request: Request, settings: PlannerSettings, fits: int) -> bool:
+    """Tell whether a goal is served although its whole answer may not fit.
+
+    A schema or grammar goal under Kill with the deadline closure ends with a valid
+    answer whenever its prompt and a first token fit: the grammar completes the rest at
+    the deadline without the model, so refusing it would lose a goal the node can serve.
+    """
+    return (request.output.constrained and settings.deadline_closure and fits >= 1
+            and request.policy == OverrunPolicy.KILL)
 
 
 def choose(options: list, settings: PlannerSettings) -> Option:
@@ -560,7 +571,11 @@ class TimeBillPlanner:
             utilisation=utilisation, fit_probability=fit, note=note,
             precision=cut.precision, fallback=self._reserve(request, goal, cut, worst),
             **cut.plan_fields(self.context))
-        if fit < settings.admit_probability and request.mode != Mode.NONE \
+        if closes_in_time(request, settings, fits):
+            plan = replace(plan, note=f'{plan.note}; the answer may not fit: it runs to its '
+                                      'deadline and the grammar closes it there'
+                           if fit < settings.admit_probability else plan.note)
+        elif fit < settings.admit_probability and request.mode != Mode.NONE \
                 and request.eviction_ratio == 0.0 and settings.infeasible == 'reject':
             raise Rejection(
                 f'cannot meet the deadline: predicted {predicted} answer tokens ({predictor}); '
