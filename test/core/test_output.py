@@ -24,8 +24,8 @@ def test_defaults_are_greedy_free_text():
 def test_bad_fields_are_rejected_with_a_reason(fields, reason):
     with pytest.raises(ValueError, match=reason):
         validate_output(**fields)
-    spec = GoalSpec('go', budget_s=1.0, **{k: tuple(v) if isinstance(v, list) else v
-                                          for k, v in fields.items()})
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
+    spec = GoalSpec('go', budget_s=1.0, **fields)
     with pytest.raises(Rejection, match=reason):
         validate(spec, Limits())
 

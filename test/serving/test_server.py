@@ -713,3 +713,22 @@ def test_a_repeated_context_is_prefilled_once_and_planned_as_cached(
         assert extra['prefix_cache_blocks'] > 0
     finally:
         server.stop(timeout_s=30.0)
+
+
+def test_a_goal_killed_in_prefill_teaches_the_ete_its_prefilled_tokens(
+        loaded, tmp_path, synthetic_profile):
+    server = profiled_server(loaded, tmp_path, synthetic_profile, 'edf', prefill_chunk=8,
+                             prefix_cache_mb=0)
+    context = 'Dock 3 is free. Forklift 7 charges at bay 2. Aisle 9 is blocked. ' * 100
+    try:
+        job = server.admit(GoalSpec('Which aisle?', context=context, budget_s=0.25,
+                                    mode=int(Mode.NONE), max_new_tokens=4), 'k')
+        server.submit(job)
+        wait_all([job])
+        result = job.result
+        assert result.outcome == Outcome.KILLED and 'during prefill' in result.reason
+        assert 0 < result.prefill_tokens < len(job.prompt_ids) and result.prefill_s > 0
+        samples = server.pipeline.online.prefill_samples
+        assert (result.prefill_tokens, result.prefill_s) in list(samples)
+    finally:
+        server.stop(timeout_s=30.0)

@@ -83,7 +83,7 @@ def test_the_deadline_closes_a_structure_within_one_token(server):
     assert result.stop_reason == StopReason.CLOSED_AT_DEADLINE and result.valid
     jsonschema.validate(json.loads(result.text), SCHEMA)
     assert result.outcome in (Outcome.COMPLETED, Outcome.KILLED)
-    assert result.deadline_met == (result.outcome == Outcome.COMPLETED)
+    assert result.deadline_met == (result.outcome == Outcome.COMPLETED and result.e2e_s <= 0.4)
     step = max(result.step_times)
     assert result.e2e_s <= 0.4 + step + 0.1  # one token (and the closure's few ms)
 
@@ -140,3 +140,12 @@ def test_system_prompt_and_history_reach_the_chat_template(server, loaded):
     assert text.count('<|im_start|>assistant') == 2  # the history's turn and the answer's
     server.submit(job)
     assert job.done.wait(60.0)
+
+
+def test_a_skip_next_schema_goal_is_closed_at_its_deadline_instead_of_overrunning(server):
+    from timebill_ros.core.request import OverrunPolicy
+    result, = run(server, [goal(budget=0.4, tokens=1000, json_schema=json.dumps(SCHEMA),
+                                overrun_policy=int(OverrunPolicy.SKIP_NEXT))], key='skip')
+    assert result.stop_reason == StopReason.CLOSED_AT_DEADLINE and result.valid
+    jsonschema.validate(json.loads(result.text), SCHEMA)
+    assert result.e2e_s <= 0.4 + max(result.step_times) + 0.1

@@ -64,15 +64,16 @@ class Bench:
         """Start nothing yet."""
         self.log, self.nodes, self.clients = log, {}, {}
 
-    def start(self, name: str, extra: dict) -> None:
-        """Start one node with the shipped parameters plus ``extra``."""
+    def start(self, name: str, extra: dict, namespace: str = '') -> None:
+        """Start one node with the shipped parameters plus ``extra``, in ``namespace``."""
         from timebill_ros.tools.client import InstructClient
         from timebill_ros.tools.process import NodeProcess
         self.log(f'starting node {name} ...')
         params = {**shipped_params(), **extra}
-        self.nodes[name] = NodeProcess(params, ready_timeout=900, namespace=NAMESPACES[name])
-        client = InstructClient(f'{NAMESPACES[name]}/timebill/instruct', f'robot_bench_{name}',
-                                f'{NAMESPACES[name]}/timebill/responses')
+        namespace = namespace or NAMESPACES[name]
+        self.nodes[name] = NodeProcess(params, ready_timeout=900, namespace=namespace)
+        client = InstructClient(f'{namespace}/timebill/instruct', f'bench_client_{name}',
+                                f'{namespace}/timebill/responses')
         client.wait_for_server(60)
         self.clients[name] = client
 

@@ -61,10 +61,10 @@ class GenerationStats:
 class PrefillInterrupted(Exception):
     """A chunked prefill stopped between chunks because the goal's rules said so."""
 
-    def __init__(self, done: int, total: int):
-        """Record how many of the prompt's tokens were prefilled."""
+    def __init__(self, done: int, total: int, seconds: float = 0.0):
+        """Record how many of the prompt's tokens were prefilled, in how many seconds."""
         super().__init__(f'prefill interrupted after {done} of {total} prompt tokens')
-        self.done, self.total = done, total
+        self.done, self.total, self.seconds = done, total, seconds
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,9 @@ class JobResult:
     switched_to: str = ''
     batch_peak: int = 1
     prefix_tokens: int = 0  # prompt tokens the prefix cache supplied (not prefilled)
+    # A prefill stopped between chunks: the tokens it prefilled in prefill_s (the ETE
+    # learns from them; 0: the whole prompt, or none).
+    prefill_tokens: int = 0
     stop_reason: StopReason = StopReason.NONE
     valid: bool = False  # the text conforms to the goal's schema or grammar (free text: ran)
 
@@ -152,12 +155,11 @@ class JobRun:
     def closes_now(self, now: float, next_step_s: float) -> bool:
         """Tell whether a structured answer must be closed now, before the next step.
 
-        Under Kill, when the next step (``next_step_s`` expected) would end past the
-        deadline: the closure then completes the structure in time instead of the
-        step being cut.
+        When the next step (``next_step_s`` expected) would end past the deadline, under
+        Kill and Skip-Next alike: the closure completes the structure in time, so Kill
+        does not cut it and a Skip-Next goal does not overrun (nothing is skipped).
         """
-        return (self.request.policy == OverrunPolicy.KILL
-                and self.clock.remaining(now) <= next_step_s)
+        return self.clock.remaining(now) <= next_step_s
 
     @property
     def killed(self) -> bool:
@@ -234,7 +236,8 @@ class JobRun:
                         f'killed during prefill {late:.3f} s before the deadline: its next '
                         f'chunk would end past it ({exc})'),
                 queue_s=self.queue_s, e2e_s=self.clock.elapsed(now), plan=self.plan,
-                stop_reason=StopReason.CANCELED if canceled else StopReason.KILLED)
+                stop_reason=StopReason.CANCELED if canceled else StopReason.KILLED,
+                prefill_s=exc.seconds, prefill_tokens=exc.done if exc.seconds > 0 else 0)
         return JobResult(outcome=Outcome.FAILED, deadline_met=False, stop_reason=StopReason.FAILED,
                          reason=f'generation failed: {type(exc).__name__}: {exc}',
                          text=''.join(self.parts), queue_s=self.queue_s,

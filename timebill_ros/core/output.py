@@ -55,7 +55,7 @@ class OutputSpec:
 
     @property
     def sampled(self) -> bool:
-        """Tell whether tokens are sampled (not greedy)."""
+        """Tell whether tokens are drawn at random rather than taken greedily."""
         return self.temperature > 0.0
 
     @property

@@ -14,7 +14,7 @@ from timebill_ros.core.early_exit import p99_tpot_estimate, schedulable
 from timebill_ros.core.eviction import press_skip_reason
 from timebill_ros.core.planner_settings import (  # noqa: F401 (re-exported)
     INFEASIBLE_POLICIES, PlannerSettings)
-from timebill_ros.core.request import Mode, OverrunPolicy, Rejection, Request
+from timebill_ros.core.request import Mode, Rejection, Request
 from timebill_ros.core.timing import TimingModel
 
 
@@ -209,12 +209,12 @@ def tokens_that_fit(ctx: CutContext, goal: Goal, cut: Cut) -> int:
 def closes_in_time(request: Request, settings: PlannerSettings, fits: int) -> bool:
     """Tell whether a goal is served although its whole answer may not fit.
 
-    A schema or grammar goal under Kill with the deadline closure ends with a valid
-    answer whenever its prompt and a first token fit: the grammar completes the rest at
-    the deadline without the model, so refusing it would lose a goal the node can serve.
+    A schema or grammar goal with the deadline closure ends with a valid answer
+    whenever its prompt and a first token fit: the grammar completes the rest before
+    the deadline without the model (Kill or Skip-Next), so refusing it would lose a
+    goal the node can serve.
     """
-    return (request.output.constrained and settings.deadline_closure and fits >= 1
-            and request.policy == OverrunPolicy.KILL)
+    return request.output.constrained and settings.deadline_closure and fits >= 1
 
 
 def choose(options: list, settings: PlannerSettings) -> Option:

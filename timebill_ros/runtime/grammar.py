@@ -100,7 +100,7 @@ class GrammarLibrary:
         return compiled
 
     def constraint(self, compiled: str) -> 'Constraint':
-        """Return a fresh constraint (one goal's matcher) for a compiled grammar."""
+        """Return a fresh matcher for one goal, at the start of a compiled grammar."""
         import llguidance
         return Constraint(self, llguidance.LLMatcher(self.ll_tokenizer, compiled, log_level=0))
 
@@ -144,7 +144,7 @@ class Constraint:
 
     @property
     def error(self) -> str:
-        """Return the matcher's error ('' when none)."""
+        """Return what the matcher refused, or '' when it refused nothing."""
         return self.matcher.get_error() if self.matcher.is_error() else ''
 
     def closure(self, max_tokens: int = 64, time_limit_s: float = 0.1) -> list | None:

@@ -62,7 +62,8 @@ class Learning:
             if result.prefill_s > 0.0:
                 plan = result.plan
                 self.last_precision = plan.precision_text or plan.precision or self.dtype
-            if result.prefill_s > 0.0 and result.outcome != Outcome.FAILED:
+            if result.prefill_s > 0.0 and result.outcome != Outcome.FAILED \
+                    and not result.prefill_tokens:
                 self._answer_ran(result.tokens, result.outcome == Outcome.COMPLETED,
                                  job.request.max_new_tokens)
             if result.outcome == Outcome.COMPLETED:
@@ -143,6 +144,9 @@ def _learn_timing(pipeline, job, result: JobResult) -> tuple:
     if result.prefix_tokens:
         result = replace(result, prefill_s=0.0)
     own = pipeline.online_engines.get(result.plan.precision)
+    if result.prefill_tokens:  # stopped in prefill: its first tokens took prefill_s
+        (own or online).observe(result.prefill_tokens, result.prefill_s, 0, ())
+        return 0.0, 0.0
     if own is not None:  # another engine: its own ETE learns its prefill and (solo) steps
         alone = result.batch_peak <= 1
         estimate = pipeline.planner.estimate_s(result.plan, result.tokens) if alone else 0.0

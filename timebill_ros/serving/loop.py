@@ -90,7 +90,8 @@ class Member:
             if chooser is not None and chooser.closable:
                 self._close('max_tokens', now)
             return False
-        if chooser is not None and chooser.closable and self.run.closes_now(now, next_step_s):
+        if chooser is not None and chooser.closable and \
+                self.run.closes_now(now, next_step_s + CLOSURE_S):
             self._close('closed', now)
             return False
         return True
@@ -132,6 +133,7 @@ class Prefilling:
     prefill: object  # runtime.prefill.PrefillRun
     last_tokens: int = 0
     last_s: float = 0.0
+    spent_s: float = 0.0  # in its chunks so far
 
     def next_chunk_s(self) -> float:
         """Return the expected seconds of the next chunk (0 before one has run).
@@ -148,6 +150,12 @@ class Prefilling:
         before, t = self.prefill.tokens_done, clock()
         self.prefill.advance()
         self.last_s, self.last_tokens = clock() - t, self.prefill.tokens_done - before
+        self.spent_s += self.last_s
+
+
+# What a deadline closure is allowed beside the next step: the search takes 0.4-9 ms on
+# the embedded tokenizer (runtime.grammar; its own limit is 0.1 s).
+CLOSURE_S = 0.02
 
 
 class StepHook(Protocol):
@@ -274,7 +282,8 @@ class DecodeLoop:
             if stopped:
                 prefill = entry.prefill
                 self._end_prefill(entry, stopped if isinstance(stopped, Exception) else
-                                  PrefillInterrupted(prefill.tokens_done, prefill.total))
+                                  PrefillInterrupted(prefill.tokens_done, prefill.total,
+                                                     entry.spent_s))
         if not self.prefilling:
             return
         entry = min(self.prefilling, key=lambda e: e.prefill.total - e.prefill.tokens_done)

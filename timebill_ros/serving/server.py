@@ -41,22 +41,19 @@ class Server:
         self.admission = Admission(self)
         self.dispatch = Dispatch(self, scheduler or self.config.scheduler,
                                  self.config.queue_length, self._finish)
-        # llguidance's view of the tokenizer takes ~1.5 s: built beside startup, so the
-        # first schema goal does not pay it inside its deadline.
-        self._grammars: list = []
-        self._grammars_ready = threading.Thread(
-            target=lambda: self._grammars.append(
-                GrammarLibrary(self.loaded.tokenizer, self.loaded.eos_ids)),
-            name='timebill-grammars', daemon=True)
-        self._grammars_ready.start()
+        # llguidance's view of the tokenizer takes ~1.5 s: part of the warm-up, so the
+        # first schema goal does not pay it inside its deadline (else built on first use).
+        self._grammars, self._grammars_lock = None, threading.Lock()
+        if self.config.warm_up:
+            self._grammars = GrammarLibrary(self.loaded.tokenizer, self.loaded.eos_ids)
 
     @property
     def grammars(self) -> GrammarLibrary:
-        """Return the grammar library (waits for its build, at most 60 s)."""
-        self._grammars_ready.join(timeout=60.0)
-        if not self._grammars:
-            raise RuntimeError('the grammar library failed to build (see the log)')
-        return self._grammars[0]
+        """Return the grammar library, built once."""
+        with self._grammars_lock:
+            if self._grammars is None:
+                self._grammars = GrammarLibrary(self.loaded.tokenizer, self.loaded.eos_ids)
+            return self._grammars
 
     @property
     def scheduler(self) -> str:

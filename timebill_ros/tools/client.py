@@ -47,8 +47,15 @@ class GoalRun:
 def outcome_name(outcome: int) -> str:
     """Return the Instruct.Result constant's name for an outcome code ('?' if unknown)."""
     names = {v: k for k, v in vars(Instruct.Result).items()
-             if k.isupper() and isinstance(v, int)}
+             if k.isupper() and isinstance(v, int) and not k.startswith('STOP_')}
     return names.get(outcome, '?')
+
+
+def stop_reason_name(stop_reason: int) -> str:
+    """Return the name of an Instruct.Result STOP_* value (e.g. 'CLOSED_AT_DEADLINE')."""
+    names = {v: k[len('STOP_'):] for k, v in vars(Instruct.Result).items()
+             if k.startswith('STOP_') and isinstance(v, int)}
+    return names.get(stop_reason, '?')
 
 
 def make_goal(instruction: str, budget_s: float, context: str = '', policy: int = 0,
