@@ -1,7 +1,9 @@
 """Shared fixtures: isolated DDS domain, node processes, rclpy clients."""
 
+from contextlib import contextmanager
 import os
 import random
+import threading
 import time
 
 import pytest
@@ -51,3 +53,36 @@ def _synthetic_profile(dtype='float32', step_s=0.1, prefill_s=0.01, batch=(),
 def synthetic_profile():
     """Build constant-time profiles for the tiny model (timing tests, not calibration)."""
     return _synthetic_profile
+
+
+def client_fixture(namespace: str, name: str):
+    """Return a module fixture: an InstructClient of the node in ``namespace``."""
+    @pytest.fixture(scope='module')
+    def client(node):
+        from timebill_ros.tools.client import InstructClient
+        c = InstructClient(f'{namespace}/timebill/instruct', name,
+                           f'{namespace}/timebill/responses')
+        c.wait_for_server(30)
+        yield c
+        c.close()
+    return client
+
+
+@contextmanager
+def topic_probe(name: str, namespace: str = ''):
+    """Yield (Instruction publisher, list of Responses seen) on a node's topics."""
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from timebill_ros.msg import Instruction, Response
+    node = rclpy.create_node(name)
+    responses = []
+    node.create_subscription(Response, f'{namespace}/timebill/responses', responses.append, 10)
+    publisher = node.create_publisher(Instruction, f'{namespace}/timebill/instructions', 10)
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    threading.Thread(target=executor.spin, daemon=True).start()
+    try:
+        yield publisher, responses
+    finally:
+        executor.shutdown(timeout_sec=2)
+        node.destroy_node()

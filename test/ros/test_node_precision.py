@@ -9,7 +9,7 @@ import pytest
 
 from timebill_ros.action import Instruct
 from timebill_ros.tools.client import InstructClient, make_goal
-from conftest import NodeProcess
+from conftest import NodeProcess, topic_probe
 
 G, R = Instruct.Goal, Instruct.Result
 
@@ -56,20 +56,9 @@ def test_auto_switches_to_int8_decoding_only_when_the_full_model_cannot_fit(clie
 
 def test_an_instruction_on_the_topic_carries_the_goals_pin_and_length(client, wait_until):
     # A recorded stack's Instruction replays with the same planning fields as its goal.
-    import threading
-    import rclpy
     from builtin_interfaces.msg import Duration
-    from rclpy.executors import SingleThreadedExecutor
-    from timebill_ros.msg import Instruction, Response
-    node = rclpy.create_node('test_precision_topic')
-    responses = []
-    node.create_subscription(Response, '/timebill/responses', responses.append, 10)
-    publisher = node.create_publisher(Instruction, '/timebill/instructions', 10)
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    thread = threading.Thread(target=executor.spin, daemon=True)
-    thread.start()
-    try:
+    from timebill_ros.msg import Instruction
+    with topic_probe('test_precision_topic') as (publisher, responses):
         wait_until(lambda: publisher.get_subscription_count() > 0, 10, 'the node subscribing')
         publisher.publish(Instruction(id='pinned', instruction='Report the battery level.',
                                       budget=Duration(sec=5), mode=G.MODE_AUTO,
@@ -79,6 +68,3 @@ def test_an_instruction_on_the_topic_carries_the_goals_pin_and_length(client, wa
         assert response.id == 'pinned' and response.outcome == R.COMPLETED, response.reason
         assert response.plan.precision == 'int8-dynamic'
         assert response.plan.predictor == 'caller' and response.plan.predicted_tokens == 3
-    finally:
-        executor.shutdown(timeout_sec=2)
-        node.destroy_node()

@@ -5,9 +5,9 @@ import yaml
 
 from action_msgs.msg import GoalStatus
 
-from conftest import NodeProcess, ROOT
+from conftest import client_fixture, NodeProcess, ROOT
 from timebill_ros.action import Instruct
-from timebill_ros.tools.client import InstructClient, make_goal
+from timebill_ros.tools.client import make_goal
 
 R, G = Instruct.Result, Instruct.Goal
 
@@ -23,13 +23,7 @@ def node(rclpy_context, tmp_path_factory):
     proc.stop()
 
 
-@pytest.fixture(scope='module')
-def client(node):
-    c = InstructClient('/robot/timebill/instruct', 'robot_test_client',
-                       '/robot/timebill/responses')
-    c.wait_for_server(30)
-    yield c
-    c.close()
+client = client_fixture('/robot', 'robot_test_client')
 
 
 def test_one_word_decision_with_3_s_is_accepted_and_completes(client):

@@ -7,10 +7,10 @@ import pytest
 
 from builtin_interfaces.msg import Duration
 
-from conftest import NodeProcess
+from conftest import client_fixture, NodeProcess, topic_probe
 from timebill_ros.action import Instruct
-from timebill_ros.msg import ChatTurn, Instruction, Response
-from timebill_ros.tools.client import InstructClient, make_goal
+from timebill_ros.msg import ChatTurn, Instruction
+from timebill_ros.tools.client import make_goal
 
 R = Instruct.Result
 G = Instruct.Goal
@@ -35,13 +35,7 @@ def node(rclpy_context):
     proc.stop()
 
 
-@pytest.fixture(scope='module')
-def client(node):
-    c = InstructClient('/structured/timebill/instruct', 'structured_client',
-                       '/structured/timebill/responses')
-    c.wait_for_server(30)
-    yield c
-    c.close()
+client = client_fixture('/structured', 'structured_client')
 
 
 def test_a_schema_goal_returns_valid_json(client):
@@ -88,18 +82,7 @@ def test_seeded_sampling_repeats_over_the_action(client):
 
 
 def test_the_topic_form_carries_the_answer_form(client, node, wait_until):
-    import rclpy
-    from rclpy.executors import SingleThreadedExecutor
-    import threading
-    sub_node = rclpy.create_node('structured_recorder')
-    seen = []
-    sub_node.create_subscription(Response, '/structured/timebill/responses', seen.append, 10)
-    pub = sub_node.create_publisher(Instruction, '/structured/timebill/instructions', 10)
-    executor = SingleThreadedExecutor()
-    executor.add_node(sub_node)
-    thread = threading.Thread(target=executor.spin, daemon=True)
-    thread.start()
-    try:
+    with topic_probe('structured_recorder', '/structured') as (pub, seen):
         wait_until(lambda: pub.get_subscription_count() > 0, 10, 'subscriber')
         pub.publish(Instruction(id='s-1', instruction='Which lane?', budget=Duration(sec=60),
                                 mode=G.MODE_NONE, max_new_tokens=40, json_schema=SCHEMA,
@@ -109,6 +92,3 @@ def test_the_topic_form_carries_the_answer_form(client, node, wait_until):
         response = next(r for r in seen if r.id == 's-1')
         assert response.valid and response.outcome == R.COMPLETED, response.reason
         jsonschema.validate(json.loads(response.text), json.loads(SCHEMA))
-    finally:
-        executor.shutdown(timeout_sec=2)
-        sub_node.destroy_node()

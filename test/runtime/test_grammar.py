@@ -88,3 +88,10 @@ def test_a_gbnf_closure_ends_the_sentence(tiny, library):
         assert constraint.accept(token)
     closure = constraint.closure()
     assert tiny.tokenizer.decode(closure) == '.'
+
+
+def test_the_readme_examples_compile(library):
+    from pathlib import Path
+    examples = Path(__file__).resolve().parents[2] / 'docs' / 'examples'
+    assert library.compile((examples / 'lane_change.schema.json').read_text())
+    assert library.compile(grammar=(examples / 'yes_no.gbnf').read_text())

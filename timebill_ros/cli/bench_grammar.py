@@ -15,14 +15,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-from pathlib import Path
 import statistics
 import sys
 import time
 
 import numpy as np
 
-from timebill_ros.cli.common import commit, machine, stamped_log
+from timebill_ros.cli.common import commit, machine, new_results_dir, stamped_log
 from timebill_ros.evaluation.schema_commands import schema_commands, split
 
 
@@ -124,9 +123,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--out', required=True, help='a new results folder')
     args = parser.parse_args(argv)
-    out = Path(args.out)
-    if out.exists():
-        print(f'{out} exists: results are never overwritten', file=sys.stderr)
+    out = new_results_dir(args.out)
+    if out is None:
         return 2
     from timebill_ros.runtime.model import load_model
     log = stamped_log()

@@ -29,7 +29,7 @@ import time
 import jsonschema
 
 from timebill_ros.cli.bench_robot import Bench
-from timebill_ros.cli.common import commit, machine, stamped_log
+from timebill_ros.cli.common import commit, machine, new_results_dir, stamped_log
 from timebill_ros.core.request import Mode
 from timebill_ros.evaluation.schema_commands import field_accuracy, parse, schema_commands, split
 
@@ -121,9 +121,8 @@ def main(argv=None) -> int:
     parser.add_argument('--fixed', default='1,2,5', help='fixed budgets in seconds')
     parser.add_argument('--out', required=True, help='a new results folder')
     args = parser.parse_args(argv)
-    out = Path(args.out)
-    if out.exists():
-        print(f'{out} exists: results are never overwritten', file=sys.stderr)
+    out = new_results_dir(args.out)
+    if out is None:
         return 2
     import rclpy
     rclpy.init()

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 import platform
 import subprocess
+import sys
 import time
 from typing import Callable
 
@@ -52,6 +53,18 @@ def commit() -> str:
                               capture_output=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return 'unknown'
+
+
+def new_results_dir(path: str) -> Path | None:
+    """Return ``path`` as a Path when it does not exist yet; else say why and return None.
+
+    Benchmarks never overwrite shipped results.
+    """
+    out = Path(path)
+    if out.exists():
+        print(f'{out} exists: results are never overwritten', file=sys.stderr)
+        return None
+    return out
 
 
 def stamped_log(started: float | None = None) -> Callable[[str], None]:
