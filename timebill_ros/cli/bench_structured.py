@@ -82,13 +82,23 @@ def summarize(records: list) -> dict:
 
 
 def checks(records: list) -> dict:
-    """Return the whole-run checks: valid when ended complete or closed; no false claim."""
-    ended = [r for r in records if r['way'] != 'free' and (
-        r['outcome'] == 'COMPLETED' or r['stop'] == 'CLOSED_AT_DEADLINE')]
-    return {'schema goals completed or closed': len(ended),
-            'of them schema-valid': sum(r['valid'] for r in ended),
-            'late goals claimed met': sum(r['claimed'] and r['e2e_s'] > r['budget_s']
-                                          for r in records)}
+    """Return the whole-run checks per way, and the false claims of a deadline.
+
+    Per way: schema-valid when ended complete or closed, the node's ``valid`` equal to
+    jsonschema's verdict, and the worst lateness.
+    """
+    out = {}
+    for way in WAYS[1:]:
+        ran = [r for r in records if r['way'] == way and r['outcome'] != 'REFUSED']
+        ended = [r for r in ran if r['outcome'] == 'COMPLETED' or
+                 r['stop'] == 'CLOSED_AT_DEADLINE']
+        out[f'{way}: completed or closed'] = len(ended)
+        out[f'{way}: of them schema-valid'] = sum(r['valid'] for r in ended)
+        out[f'{way}: node valid = jsonschema'] = sum(r['node_valid'] == r['valid'] for r in ran)
+        out[f'{way}: worst lateness s'] = round(max((r['late_s'] for r in ran), default=0.0), 3)
+    out['late goals claimed met'] = sum(r['claimed'] and r['e2e_s'] > r['budget_s']
+                                        for r in records)
+    return out
 
 
 def write(out: Path, info: dict) -> None:
@@ -119,8 +129,17 @@ def main(argv=None) -> int:
     parser.add_argument('--items', type=int, default=96, help='held-out items (of 96)')
     parser.add_argument('--tiers', default='0.5,1,2', help='x each item\'s full time')
     parser.add_argument('--fixed', default='1,2,5', help='fixed budgets in seconds')
-    parser.add_argument('--out', required=True, help='a new results folder')
+    parser.add_argument('--out', help='a new results folder')
+    parser.add_argument('--checks', metavar='FOLDER',
+                        help="print the checks of a finished run's bench.json and exit")
     args = parser.parse_args(argv)
+    if args.checks:
+        records = json.loads((Path(args.checks) / 'bench.json').read_text())['records']
+        for key, value in checks([r for r in records if r['tier'] != 'loose']).items():
+            print(f'{key}: {value}')
+        return 0
+    if not args.out:
+        parser.error('--out is required')
     out = new_results_dir(args.out)
     if out is None:
         return 2
