@@ -118,6 +118,37 @@ def measure(library, items, tokenizer) -> dict:
             'reference_accepted': legal, 'wrong_refused': refused}
 
 
+def chooser_cost(tokenizer, eos_ids, items, vocab: int) -> dict:
+    """Return ms per token the node's TokenChooser adds over a plain argmax (mask and pick).
+
+    Each item's reference tokens are fed as if a lane had produced random logits rows of
+    the model's width; the chooser masks and picks, then takes the reference token.
+    """
+    import torch
+    from timebill_ros.core.output import OutputSpec
+    from timebill_ros.runtime.choosing import TokenChooser
+    from timebill_ros.runtime.grammar import GrammarLibrary
+    library = GrammarLibrary(tokenizer, eos_ids)
+    rows = torch.randn(64, vocab)
+    plain, chosen = [], []
+    for item in items:
+        chooser = TokenChooser(OutputSpec(json_schema=item.schema_text),
+                               library.constraint(library.compile(item.schema_text)))
+        for index, token in enumerate(tokenizer(reference_text(item),
+                                                add_special_tokens=False)['input_ids']):
+            row = rows[index % len(rows)]
+            start = time.perf_counter()
+            int(row.argmax())
+            plain.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            chooser.choose(row)
+            chosen.append(time.perf_counter() - start)
+            chooser.accept(token, '')
+    return {'argmax_ms_median': 1e3 * statistics.median(plain),
+            'chooser_ms_median': 1e3 * statistics.median(chosen),
+            'chooser_ms_p99': 1e3 * float(np.percentile(chosen, 99)), 'tokens': len(chosen)}
+
+
 def main(argv=None) -> int:
     """Measure both libraries and write the results folder."""
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
@@ -141,8 +172,11 @@ def main(argv=None) -> int:
             continue
         rows[kind.name] = {'setup_s': setup, **measure(library, dev, loaded.tokenizer)}
         log(f'{kind.name}: {rows[kind.name]}')
+    cost = chooser_cost(loaded.tokenizer, loaded.eos_ids, dev, loaded.model.config.vocab_size)
+    log(f'chooser: {cost}')
     out.mkdir(parents=True)
     info = {'command': ' '.join(['python -m timebill_ros.cli.bench_grammar'] + sys.argv[1:]),
+            'chooser': cost,
             'date': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
             'commit': commit(), 'machine': machine(), 'rows': rows}
     (out / 'bench.json').write_text(json.dumps(info, indent=2))
@@ -159,6 +193,10 @@ def main(argv=None) -> int:
             f'{row["mask_ms_median"]:.3f} / {row["mask_ms_p99"]:.3f} / {row["mask_ms_max"]:.3f}'
             f' | {row["reference_accepted"]} / {row["items"]} | {row["wrong_refused"]} / '
             f'{row["items"]} |')
+    lines += ['', f'The node\'s whole choice per token (runtime.choosing.TokenChooser: logits to '
+              f'numpy, llguidance mask, argmax) over {cost["tokens"]} reference tokens: '
+              f'{cost["chooser_ms_median"]:.3f} ms median, {cost["chooser_ms_p99"]:.3f} ms p99, '
+              f'against {cost["argmax_ms_median"]:.3f} ms for the plain argmax of free text.']
     (out / 'README.md').write_text('\n'.join(lines) + '\n')
     print('\n'.join(lines))
     return 0
