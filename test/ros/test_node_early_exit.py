@@ -61,6 +61,19 @@ def test_early_exit_goal_runs_with_exits_reported(client):
     assert steps == max(0, res.tokens - 1)  # one decision per decode step
 
 
+def test_an_early_exit_goal_with_a_schema_answers_valid_json(client):
+    # The exit layer's logits go through the goal's mask: any layer's token is legal.
+    import json
+    schema = {'type': 'object', 'additionalProperties': False, 'required': ['dock', 'free'],
+              'properties': {'dock': {'type': 'integer'}, 'free': {'type': 'boolean'}}}
+    g = goal(G.MODE_EARLY_EXIT, max_new=40)
+    g.json_schema = json.dumps(schema)
+    res = client.ask(g, 120).result
+    assert res.plan.mode == G.MODE_EARLY_EXIT and res.valid, res.reason
+    value = json.loads(res.text)
+    assert set(value) == {'dock', 'free'} and isinstance(value['free'], bool)
+
+
 def test_per_token_deadline_below_the_p99_estimate_is_rejected(client):
     run = client.ask(goal(G.MODE_NONE, token_deadline=1e-6), 30)
     assert not run.accepted

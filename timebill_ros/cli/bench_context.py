@@ -27,12 +27,11 @@ import math
 from pathlib import Path
 import random
 import statistics
-import subprocess
 import sys
 import time
 
 from timebill_ros.cli.bench_robot import Bench
-from timebill_ros.cli.common import machine, ROOT, shipped_params, stamped_log
+from timebill_ros.cli.common import commit, machine, shipped_params, stamped_log
 from timebill_ros.core.request import Mode
 from timebill_ros.evaluation import metrics, tasks
 
@@ -253,6 +252,7 @@ def main(argv=None) -> int:
     parts = set(args.parts.split(','))
     items = held_out_items(args.items, AutoTokenizer.from_pretrained(embedded_dir()), args.seed)
     log, started = stamped_log(), time.monotonic()
+    at_start = commit()  # what the nodes run (commits made during the run are not)
     import rclpy
     rclpy.init()
     nodes = Nodes(log)
@@ -266,11 +266,9 @@ def main(argv=None) -> int:
         nodes.stop()
         rclpy.try_shutdown()
     table = summary(loose, records, tiers) if records else {}
-    commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=ROOT,
-                            capture_output=True, text=True).stdout.strip()
     report = {'command': 'python -m timebill_ros.cli.bench_context ' + ' '.join(
                   sys.argv[1:] if argv is None else argv),
-              'commit': commit, 'date': datetime.date.today().isoformat(),
+              'commit': at_start, 'date': datetime.date.today().isoformat(),
               'machine': machine(), 'items': len(items), 'tiers': tiers,
               'minutes': (time.monotonic() - started) / 60.0,
               'right_full': sum(run['correct'] for run in loose.values()),

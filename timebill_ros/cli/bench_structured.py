@@ -146,6 +146,7 @@ def main(argv=None) -> int:
     import rclpy
     rclpy.init()
     log, started = stamped_log(), time.monotonic()
+    at_start = commit()  # what the nodes run (commits made during the run are not)
     items = split(schema_commands())[1][:args.items]
     bench, records, full = Bench(log), [], {}
     try:
@@ -172,7 +173,7 @@ def main(argv=None) -> int:
              for tier, _ in budgets}
     timed = [r for r in records if r['tier'] != 'loose']
     info = {'command': ' '.join(['python -m timebill_ros.cli.bench_structured'] + sys.argv[1:]),
-            'commit': commit(), 'machine': machine(), 'items': len(items),
+            'commit': at_start, 'machine': machine(), 'items': len(items),
             'date': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
             'minutes': (time.monotonic() - started) / 60, 'table': table,
             'checks': checks(timed), 'full_s': full, 'records': records}

@@ -160,7 +160,10 @@ def instruction_msg(item: WorkloadItem, stamp_ns: int):
         budget=_duration(store, item.budget_s), overrun_policy=item.policy, mode=item.mode,
         max_new_tokens=item.max_new_tokens, pessimistic_factor=item.pessimistic_factor,
         eviction_ratio=item.eviction_ratio, expected_tokens=item.expected_tokens,
-        token_deadline=_duration(store, item.token_deadline_s), precision=item.precision)
+        token_deadline=_duration(store, item.token_deadline_s), precision=item.precision,
+        # The answer's form: free text (workload items carry no schema yet).
+        system_prompt='', history=[], stop=[], temperature=0.0, top_p=0.0, seed=0,
+        json_schema='', grammar='')
 
 
 def _ns(stamp) -> int:
