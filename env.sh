@@ -74,6 +74,11 @@ if [ "$_tb_rc" -eq 0 ]; then
     # colcon's setup.sh needs COLCON_CURRENT_PREFIX outside bash/zsh.
     COLCON_CURRENT_PREFIX="$_tb_root/install" . "$_tb_root/install/setup.sh"
   fi
+  # The package's tools (timebill_ask, timebill_monitor, ...), the names `ros2 run
+  # timebill_ros <tool>` runs on a full ROS 2 install (ros2cli is not on PyPI).
+  if [ -d "$_tb_root/install/timebill_ros/lib/timebill_ros" ]; then
+    _tb_prepend PATH "$_tb_root/install/timebill_ros/lib/timebill_ros"
+  fi
   unset -f _tb_prepend
   export TIMEBILL_ROOT="$_tb_root"
 fi

@@ -1,8 +1,10 @@
-"""Pip install of the ROS-free part of timebill_ros (core, runtime, serving, evaluation, cli).
+"""Pip install of timebill_ros's Python code (``pip install .``).
 
-The ROS 2 package itself (interfaces, node, the tools over ROS) is built with colcon from
-package.xml / CMakeLists.txt (build type ament_cmake); this file is only for
-``pip install .`` without ROS 2. Metadata and options live in setup.cfg.
+The ROS 2 package (interfaces, node, launch file, the tools under lib/timebill_ros) is
+built with colcon from package.xml / CMakeLists.txt (build type ament_cmake). This file
+installs the Python packages and the same console scripts for a pip user: the ROS-free
+layers work alone; the node and the tools over ROS also need rclpy and the package's
+generated interfaces from a colcon build (docs/workspace.md). Metadata lives in setup.cfg.
 """
 
 import re
@@ -18,8 +20,5 @@ _VERSION = re.search(
 
 setup(
     version=_VERSION,
-    packages=find_packages(
-        include=['timebill_ros', 'timebill_ros.*'],
-        exclude=['timebill_ros.ros', 'timebill_ros.ros.*',
-                 'timebill_ros.tools', 'timebill_ros.tools.*']),
+    packages=find_packages(include=['timebill_ros', 'timebill_ros.*']),
 )

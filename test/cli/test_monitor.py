@@ -24,13 +24,15 @@ def test_it_shows_the_status_the_miss_rate_and_the_last_goals():
     for met in (True, True, False, True):
         telemetry.finished(GoalRecord(Outcome.COMPLETED if met else Outcome.KILLED, met, 1.0,
                                       [0.05, 0.06]))
-    status = build_status('timebill: deadlines', 'vm/cpu', telemetry.summary(),
+    status = build_status('/timebill: deadlines', 'vm/cpu', telemetry.summary(),
                           {'queue_length': 2, 'scheduler': 'edf',
                            'last_precision': 'int8-dynamic: layers 3-7'},
                           Thresholds(0.05, 0.25))
     other = DiagnosticStatus(name='lidar: driver', message='fine')
+    namesake = DiagnosticStatus(name='/robot2/timebill: deadlines', message='other robot')
     array = build_array(status, DiagnosticArray().header.stamp)
-    array.status.insert(0, other)  # another node's status on the same topic is ignored
+    # Another node's status on the same topic is ignored, a namespaced namesake's too.
+    array.status[0:0] = [other, namesake]
     state.on_diagnostics(array)
     for i, (outcome, met, slack) in enumerate([(0, True, 0.4), (1, False, -0.01),
                                                (0, True, 1.2), (4, False, 0.0)]):
@@ -41,7 +43,7 @@ def test_it_shows_the_status_the_miss_rate_and_the_last_goals():
                                precision_mix='int8-dynamic: layers 3' if i == 2 else '')))
     text = text_of(state)
     assert 'ERROR' in text and 'deadline miss rate 25.0% over the last 4 goals' in text
-    assert 'timebill monitor vm/cpu' in text and 'edf' in text
+    assert 'timebill monitor vm/cpu' in text and 'edf' in text and 'other robot' not in text
     assert 'last goals (4 seen)' in text
     # Newest first, only the last 3 kept.
     assert text.index('CANCELED') < text.index('int8-dynamic: layers 3 ') < \

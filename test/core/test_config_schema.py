@@ -24,6 +24,20 @@ def test_the_shipped_yaml_validates_against_the_schema_and_the_node_table():
     assert set(shipped()['/**']['ros__parameters']) == {p.name for p in PARAMS}
 
 
+def test_the_shipped_yaml_holds_the_defaults_the_code_declares():
+    # One source of defaults: what the launch file loads is what the node declares.
+    values = shipped()['/**']['ros__parameters']
+    differ = {p.name: (values[p.name], p.default) for p in PARAMS
+              if values[p.name] != p.default or type(values[p.name]) is not type(p.default)}
+    assert differ == {}
+
+
+def test_node_config_defaults_come_from_the_table():
+    config = NodeConfig()
+    assert {p.name: getattr(config, p.name) for p in PARAMS} == \
+        {p.name: p.default for p in PARAMS}
+
+
 @pytest.mark.parametrize('name, value, error', [
     ('scheduler', 'lifo', 'is not one of'),
     ('max_batch', 0, 'less than the minimum'),
@@ -41,6 +55,6 @@ def test_the_schema_refuses_what_the_node_refuses(name, value, error):
 
 def test_the_schema_file_and_the_readme_table_are_current():
     assert schema.main(['--check']) == 0, 'run python -m timebill_ros.cli.schema'
-    readme = (ROOT / 'README.md').read_text()
+    readme = (ROOT / 'docs' / 'parameters.md').read_text()
     for param in PARAMS:
         assert f'| `{param.name}` |' in readme

@@ -17,7 +17,8 @@ def test_every_argument_has_a_description_and_the_node_reads_them():
     tree = ast.parse(LAUNCH.read_text(encoding='utf-8'))
     arguments = calls(tree, 'DeclareLaunchArgument')
     names = {a.args[0].value for a in arguments}
-    assert names == {'namespace', 'params_file', 'managed'}
+    assert names == {'namespace', 'params_file', 'managed', 'autostart', 'use_sim_time',
+                     'log_level'}
     for argument in arguments:
         keywords = {k.arg: k.value for k in argument.keywords}
         assert isinstance(keywords['description'], (ast.Constant, ast.BinOp, ast.JoinedStr))

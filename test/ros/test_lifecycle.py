@@ -114,3 +114,22 @@ def test_a_configure_that_cannot_load_the_model_fails_and_the_node_stays_up(rclp
     finally:
         life.close()
         proc.stop()
+
+
+def test_autostart_configures_and_activates_at_start(rclpy_context):
+    proc = NodeProcess({**TINY, 'autostart': True}, managed=True)
+    life = Lifecycle()
+    client = InstructClient(node_name='lifecycle_autostart')
+    try:
+        assert life.state() == State.PRIMARY_STATE_ACTIVE
+        client.wait_for_server(30)
+        run = client.ask(make_goal('Say hi.', 30.0, max_new_tokens=2), 60)
+        assert run.accepted and run.result.outcome == R.COMPLETED
+        # Still a managed node: it can be deactivated like any other.
+        assert life.transition(Transition.TRANSITION_DEACTIVATE)
+        refused = client.ask(make_goal('Say hi.', 30.0, max_new_tokens=2), 30)
+        assert not refused.accepted and 'inactive' in refused.reject_reason
+    finally:
+        client.close()
+        life.close()
+        proc.stop()

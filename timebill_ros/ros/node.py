@@ -20,15 +20,14 @@ from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
-from rcl_interfaces.msg import ParameterDescriptor
 from diagnostic_msgs.msg import DiagnosticArray
 
 from timebill_ros.action import Instruct
-from timebill_ros.core.config import NodeConfig, PARAMS
+from timebill_ros.core.config import NodeConfig
 from timebill_ros.core.execution import JobResult
 from timebill_ros.core.request import Outcome, Rejection
 from timebill_ros.msg import DeadlineTelemetry, Instruction, Response
-from timebill_ros.ros import convert
+from timebill_ros.ros import convert, parameters
 from timebill_ros.ros.diagnostics import build_array, build_status
 from timebill_ros.ros.qos import action_server_qos, reliable
 from timebill_ros.runtime.model import load_model, ModelLoadError, on_own_thread
@@ -72,14 +71,7 @@ RESULT_POLL_S = 0.2
 
 def read_parameters(node) -> NodeConfig:
     """Declare every parameter of the table on ``node`` and return the validated config."""
-    values = {}
-    for param in PARAMS:
-        # A one-layer list ('-p early_exit_layers:=22') arrives as an integer.
-        loose = param.name == 'early_exit_layers'
-        descriptor = ParameterDescriptor(description=param.description, dynamic_typing=loose)
-        value = node.declare_parameter(param.name, param.default, descriptor).value
-        values[param.name] = str(value) if loose else value
-    return NodeConfig.from_dict(values)
+    return parameters.declare(node)
 
 
 class Interfaces:
@@ -118,6 +110,12 @@ class Interfaces:
                                         self._publish_diagnostics, callback_group=group)
         server.on_finished = self._publish_result
 
+    def reconfigure(self, config: NodeConfig) -> None:
+        """Put a new configuration (live parameters only changed) in force."""
+        self.server.reconfigure(config)
+        self.config = config
+        self.hardware_id = config.hardware_id or f'{socket.gethostname()}/{self.loaded.device}'
+
     def action_name(self) -> str:
         """Return the resolved name of the action."""
         return self.node.resolve_topic_name('~/instruct')
@@ -151,7 +149,8 @@ class Interfaces:
             closed = self.gate()
             if closed:
                 raise Rejection(closed)
-            self.server.admit(convert.spec_from(goal), key)  # planned, its place held
+            # Planned once here; its place in the queue is held until it is started.
+            self.server.admit(convert.spec_from(goal, now_ns=self.now_ns()), key)
         except Rejection as exc:
             self._reject(key, exc)
             return GoalResponse.REJECT
@@ -173,7 +172,8 @@ class Interfaces:
             closed = self.gate()
             if closed:
                 raise Rejection(closed)
-            self.server.submit(self.server.admit(convert.spec_from(msg, key), key))
+            self.server.submit(self.server.admit(
+                convert.spec_from(msg, key, self.now_ns()), key))
         except Rejection as exc:
             self._reject(key, exc)
 
@@ -182,7 +182,8 @@ class Interfaces:
             closed = self.gate()
             if closed:
                 raise Rejection(closed)
-            job = self.server.dry_run(convert.spec_from(request))  # the goal's own path
+            job = self.server.dry_run(  # the goal's own path
+                convert.spec_from(request, now_ns=self.now_ns()))
         except Rejection as exc:
             response.accepted, response.reason = False, exc.reason
             return response
@@ -255,6 +256,10 @@ class Interfaces:
 
     # -- diagnostics --------------------------------------------------------------------
 
+    def now_ns(self) -> int:
+        """Return the node clock's time (ROS time: sim time under use_sim_time), in ns."""
+        return self.node.get_clock().now().nanoseconds
+
     def stamp(self):
         """Return the node clock's time as a message."""
         return self.node.get_clock().now().to_msg()
@@ -266,9 +271,14 @@ class Interfaces:
                       # P99 TPOT / per-token deadline of the last goal that had one.
                       'utilisation_last': self._last_utilisation})
         extra['state'] = self.gate() or 'serving'
-        status = build_status(f'{self.node.get_name()}: deadlines', self.hardware_id, summary,
-                              extra, self.config.thresholds())
+        status = build_status(status_name(self.node), self.hardware_id, summary, extra,
+                              self.config.thresholds())
         self._diagnostics.publish(build_array(status, self.stamp()))
+
+
+def status_name(node) -> str:
+    """Return the node's diagnostic status name: its full name, so namespaces differ."""
+    return f'{node.get_fully_qualified_name()}: deadlines'
 
 
 def build(node, config: NodeConfig, loader: Callable, gate=lambda: '') -> Interfaces:
@@ -296,6 +306,11 @@ class TimebillNode(Node):
         self.config = read_parameters(self)
         self.interfaces = build(self, self.config, loader)
         self._closing = ''
+        self._live = parameters.LiveParameters(self, lambda: self.config, self._apply)
+
+    def _apply(self, config: NodeConfig) -> None:
+        self.config = config
+        self.interfaces.reconfigure(config)
 
     @property
     def server(self) -> Server:
@@ -351,8 +366,10 @@ def main(args=None) -> int:
         print(f'timebill: cannot start: {exc}', file=sys.stderr)
         rclpy.try_shutdown()
         return 1
-    if managed:
-        node.get_logger().info('managed node: unconfigured (configure, then activate)')
+    if managed and not node.autostart():
+        node.get_logger().info('managed node: unconfigured (configure, then activate; or set '
+                               'autostart)' if not node.config.autostart else
+                               'managed node: autostart failed (see above); configure again')
     executor = MultiThreadedExecutor(num_threads=4)
     executor.add_node(node)
     try:

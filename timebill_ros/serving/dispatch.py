@@ -53,6 +53,19 @@ class Dispatch:
             raise Rejection(
                 f'queue full ({waiting} goals waiting, queue_length {self.queue.capacity})')
 
+    def reorder(self, scheduler: str, capacity: int) -> None:
+        """Order the waiting goals by ``scheduler`` from now on, up to ``capacity`` of them.
+
+        A smaller bound refuses new goals until the queue drains below it; none waiting
+        is dropped.
+        """
+        with self.lock:
+            queue = make_scheduler(scheduler, max(capacity, len(self.queue)))
+            for job in self.queue:
+                queue.push(job, job.waiting())
+            queue.capacity = capacity
+            self.queue = queue
+
     def waiting(self) -> int:
         """Count the goals queued."""
         with self.lock:

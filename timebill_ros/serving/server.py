@@ -8,10 +8,12 @@ decode loop (serving/loop.py) and learning (online ETE, telemetry).
 
 from __future__ import annotations
 
+from dataclasses import replace
 import threading
 from typing import Callable
 
 from timebill_ros.core.execution import JobResult
+from timebill_ros.core.planner_settings import PlannerSettings
 from timebill_ros.core.profile import Profile
 from timebill_ros.runtime.grammar import GrammarLibrary
 from timebill_ros.runtime.model import on_own_thread
@@ -112,7 +114,24 @@ class Server:
             if not job.keep:  # nobody collects it (a topic goal, a test): drop it now
                 self.dispatch.forget(job.key)
 
-    # -- profiles, status, shutdown ------------------------------------------------------
+    # -- profiles, live parameters, status, shutdown --------------------------------------
+
+    def reconfigure(self, config) -> None:
+        """Put a new configuration in force for goals admitted from now on.
+
+        Only the live parameters (core.config.LIVE) may differ from the running one: the
+        planner's settings, the goal limits, the queue's order and bound. A goal already
+        admitted keeps the plan it was given.
+        """
+        self.config = self.assembly.config = config
+        pipeline = self.pipeline
+        limits = pipeline.limits
+        planner = pipeline.planner
+        if hasattr(planner, 'settings'):
+            planner.settings = PlannerSettings.from_config(config)
+        self.pipeline = replace(pipeline, limits=config.limits(
+            limits.supported_modes, limits.precisions))  # one reference swap
+        self.dispatch.reorder(config.scheduler, config.queue_length)
 
     def recalibrate(self, quick: bool) -> Profile:
         """Calibrate the model again and swap in the pipeline built on the new profile."""

@@ -163,7 +163,7 @@ def instruction_msg(item: WorkloadItem, stamp_ns: int):
         token_deadline=_duration(store, item.token_deadline_s), precision=item.precision,
         # The answer's form: free text (workload items carry no schema yet).
         system_prompt='', history=[], stop=[], temperature=0.0, top_p=0.0, seed=0,
-        json_schema='', grammar='')
+        json_schema='', grammar='', deadline=_time(store, 0))
 
 
 def _ns(stamp) -> int:

@@ -8,6 +8,7 @@ import time
 from typing import Callable
 import uuid
 
+from builtin_interfaces.msg import Time
 import rclpy
 from rclpy.action import ActionClient
 from rclpy.executors import MultiThreadedExecutor
@@ -63,8 +64,12 @@ def make_goal(instruction: str, budget_s: float, context: str = '', policy: int 
               pessimistic_factor: float = 0.0, eviction_ratio: float = 0.0,
               expected_tokens: int = 0, precision: str = '', system_prompt: str = '',
               history=(), stop=(), temperature: float = 0.0, top_p: float = 0.0,
-              seed: int = 0, json_schema: str = '', grammar: str = '') -> Instruct.Goal:
-    """Build an Instruct goal from plain values (``history``: (role, content) pairs)."""
+              seed: int = 0, json_schema: str = '', grammar: str = '',
+              deadline_ns: int = 0) -> Instruct.Goal:
+    """Build an Instruct goal from plain values (``history``: (role, content) pairs).
+
+    ``deadline_ns``: an absolute deadline on the node's clock (ROS time, ns; 0 = none).
+    """
     return Instruct.Goal(instruction=instruction, context=context,
                          budget=s_to_duration(budget_s), overrun_policy=policy, mode=mode,
                          max_new_tokens=max_new_tokens, pessimistic_factor=pessimistic_factor,
@@ -73,7 +78,9 @@ def make_goal(instruction: str, budget_s: float, context: str = '', policy: int 
                          history=[ChatTurn(role=role, content=content)
                                   for role, content in history],
                          stop=list(stop), temperature=float(temperature), top_p=float(top_p),
-                         seed=int(seed), json_schema=json_schema, grammar=grammar)
+                         seed=int(seed), json_schema=json_schema, grammar=grammar,
+                         deadline=Time(sec=deadline_ns // 1_000_000_000,
+                                       nanosec=deadline_ns % 1_000_000_000))
 
 
 class InstructClient:

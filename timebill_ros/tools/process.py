@@ -23,7 +23,9 @@ class NodeProcess:
         """
         args = [sys.executable, '-m', 'timebill_ros.ros.node',
                 *(['--managed'] if managed else []), '--ros-args']
-        self.marker = 'managed node: unconfigured' if managed else ']: ready:'
+        autostart = str(params.get('autostart', '')).lower() == 'true'
+        self.marker = 'managed node: unconfigured' if managed and not autostart else \
+            ']: ready:'
         if namespace:
             args += ['-r', f'__ns:={namespace}']
         for key, value in params.items():

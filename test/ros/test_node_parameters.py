@@ -1,0 +1,162 @@
+"""Live parameters through the SetParameters service, and two namespaced nodes side by side.
+
+Two tiny-model node processes (/robot1 and /robot2): a live change applies to the next
+goal or is refused with a reason; each node's diagnostics carry its full name, so the
+monitor and rqt tell them apart.
+"""
+
+import threading
+import time
+
+import pytest
+
+from diagnostic_msgs.msg import DiagnosticArray
+from rcl_interfaces.srv import DescribeParameters, GetParameters, SetParameters
+from rclpy.parameter import Parameter
+
+from conftest import client_fixture, NodeProcess
+from timebill_ros.cli.monitor import MonitorState
+from timebill_ros.core.request import Outcome
+from timebill_ros.tools.client import make_goal
+
+PARAMS = {'model': 'tiny-random', 'calibrate_on_start': False, 'warm_up': False,
+          'length_predictor': 'max-new-tokens', 'diagnostics_period_s': 0.2,
+          'auto_precision': '', 'llama_engines': ''}
+
+
+@pytest.fixture(scope='module')
+def nodes(rclpy_context):
+    started = {}
+    try:
+        for namespace in ('/robot1', '/robot2'):
+            started[namespace] = NodeProcess(PARAMS, namespace=namespace)
+        yield started
+    finally:
+        for proc in started.values():
+            proc.stop()
+
+
+@pytest.fixture(scope='module')
+def node(nodes):
+    return nodes['/robot1']
+
+
+client = client_fixture('/robot1', 'test_parameters_client')
+
+
+@pytest.fixture(scope='module')
+def graph(nodes):
+    """Yield (a helper node spun on its own thread, the DiagnosticArrays it saw)."""
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    helper = rclpy.create_node('test_parameters_helper')
+    seen = []
+    helper.create_subscription(DiagnosticArray, '/diagnostics', seen.append, 50)
+    executor = SingleThreadedExecutor()
+    executor.add_node(helper)
+    threading.Thread(target=executor.spin, daemon=True).start()
+    yield helper, seen
+    executor.shutdown(timeout_sec=2)
+    helper.destroy_node()
+
+
+def call(helper, kind, name, request):
+    service = helper.create_client(kind, f'/robot1/timebill/{name}')
+    try:
+        assert service.wait_for_service(timeout_sec=10), name
+        return service.call(request, timeout_sec=10)
+    finally:
+        helper.destroy_client(service)
+
+
+def set_parameter(helper, name, value):
+    request = SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()])
+    return call(helper, SetParameters, 'set_parameters', request).results[0]
+
+
+def get_parameter(helper, name):
+    reply = call(helper, GetParameters, 'get_parameters', GetParameters.Request(names=[name]))
+    return Parameter.from_parameter_msg(
+        type('P', (), {'name': name, 'value': reply.values[0]})()).value
+
+
+def test_descriptors_carry_ranges_choices_and_read_only(graph):
+    helper, _ = graph
+    reply = call(helper, DescribeParameters, 'describe_parameters', DescribeParameters.Request(
+        names=['queue_length', 'time_margin', 'scheduler', 'model']))
+    queue, margin, scheduler, model = reply.descriptors
+    assert (queue.integer_range[0].from_value, queue.integer_range[0].to_value) == (1, 100000)
+    assert margin.floating_point_range[0].to_value == 0.5 and not margin.read_only
+    assert "'edf'" in scheduler.additional_constraints and not scheduler.read_only
+    assert model.read_only and 'Model source' in model.description
+
+
+def test_a_live_change_applies_to_the_next_goal(graph, client):
+    helper, _ = graph
+    goal = make_goal('Say hi.', budget_s=30.0, max_new_tokens=2)
+    assert client.ask(goal, 60).result.outcome == Outcome.COMPLETED
+    result = set_parameter(helper, 'max_budget_s', 10.0)
+    assert result.successful and 'max_budget_s=10.0' in result.reason
+    assert get_parameter(helper, 'max_budget_s') == 10.0
+    refused = client.ask(goal, 60)
+    assert not refused.accepted and '10' in refused.reject_reason
+    assert set_parameter(helper, 'max_budget_s', 600.0).successful
+    assert client.ask(goal, 60).result.outcome == Outcome.COMPLETED
+
+
+def test_a_change_that_cannot_apply_is_refused_with_the_reason(graph, client):
+    helper, _ = graph
+    read_only = set_parameter(helper, 'model', 'embedded')
+    assert not read_only.successful and 'model' in read_only.reason
+    unknown_choice = set_parameter(helper, 'scheduler', 'lifo')
+    assert not unknown_choice.successful and 'not one of' in unknown_choice.reason
+    out_of_range = set_parameter(helper, 'queue_length', 0)
+    assert not out_of_range.successful and out_of_range.reason
+    # Checked as a whole configuration: warn above error is refused, as at start.
+    crossed = set_parameter(helper, 'miss_rate_warn', 0.9)
+    assert not crossed.successful and 'miss_rate_warn must be <= miss_rate_error' in \
+        crossed.reason
+    assert get_parameter(helper, 'scheduler') == 'edf'
+    assert set_parameter(helper, 'scheduler', 'svf').successful
+    goal = make_goal('Say hi.', budget_s=30.0, max_new_tokens=2)
+    assert client.ask(goal, 60).result.outcome == Outcome.COMPLETED
+
+
+def test_each_namespaced_node_reports_under_its_full_name(graph, wait_until):
+    _, seen = graph
+
+    def names():
+        return {status.name for array in list(seen) for status in array.status}
+    wanted = {'/robot1/timebill: deadlines', '/robot2/timebill: deadlines'}
+    wait_until(lambda: wanted <= names(), 15, 'both nodes on /diagnostics')
+    monitor = MonitorState(node='/robot2/timebill')
+    for array in list(seen):
+        monitor.on_diagnostics(array)
+    assert monitor.values['scheduler'] == 'edf'  # robot1's was set to svf above
+    robot1 = MonitorState(node='/robot1/timebill')
+    for array in list(seen)[-5:]:
+        robot1.on_diagnostics(array)
+    assert robot1.values['scheduler'] == 'svf'
+
+
+def given(run) -> float:
+    """Return the time the node gave a goal, as its first feedback tells."""
+    first = run.feedback[0]
+    return first.elapsed_s + first.remaining_s
+
+
+def test_an_absolute_deadline_on_the_node_clock_is_the_budget(client):
+    now_ns = time.time_ns()  # the node's ROS clock is the system clock (no use_sim_time)
+    ahead = make_goal('Say hi.', budget_s=0.0, max_new_tokens=2, deadline_ns=now_ns + 30 * 10**9)
+    run = client.ask(ahead, 60)
+    assert run.accepted and run.result.outcome == Outcome.COMPLETED and run.result.deadline_met
+    assert 25.0 < given(run) <= 30.0
+    # With a budget too, the earlier end counts.
+    both = make_goal('Say hi.', budget_s=50.0, max_new_tokens=2, deadline_ns=now_ns + 20 * 10**9)
+    assert 15.0 < given(client.ask(both, 60)) <= 20.0
+    past = make_goal('Say hi.', budget_s=5.0, max_new_tokens=2, deadline_ns=now_ns - 10**9)
+    refused = client.ask(past, 30)
+    assert not refused.accepted and 'deadline already passed' in refused.reject_reason
+    none = make_goal('Say hi.', budget_s=0.0, max_new_tokens=2)
+    refused = client.ask(none, 30)
+    assert not refused.accepted and 'budget' in refused.reject_reason
