@@ -8,15 +8,16 @@
 #   make demo    python -m timebill_ros.cli.demo
 #   make bench   TimeBill evaluation (timebill_bench; BENCH_ARGS=--quick for a short run)
 #   make bench-overhead   node overhead vs a bare decode loop
-#   make bench-robot      robot workload through the node (results/robot)
-#   make bench-longcontext  long-context table: completion, score, fidelity (results/longcontext)
-#   make bench-batch      batched decoding: bound and tokens/s through the node (results/batch)
-#   make bench-sched      FIFO / EDF / SVF from rosbag replays at several loads (results/sched)
-#   make measure-cuts     answer length + fidelity per quality cut (timebill_ros/data/cut_effects.json)
-#   make measure-precision  KL per int8 layer, additivity, unit times (BENCH_ARGS='--low int8-weight' for that format)
-#   make bench-precision    robot workload: the precision strategies in one interleaved run (results/precision_int8w)
-#   make bench-weight-formats  decode / prefill time per weight format, torchao if importable (results/weight_formats.md)
-#   make soak             30-minute mixed workload from a bag: RSS, threads, files, TPOT drift (results/soak)
+#   make bench-robot      robot workload through the node (results/robot-<UTC time>)
+#   make bench-longcontext  long-context table: completion, score, fidelity (results/longcontext-<UTC time>)
+#   make bench-batch      batched decoding: bound and tokens/s through the node (results/batch-<UTC time>)
+#   make bench-sched      FIFO / EDF / SVF from rosbag replays at several loads (results/sched-<UTC time>)
+#   make measure-cuts     answer length + fidelity per quality cut (BENCH_ARGS=--ship: the shipped table)
+#   make measure-precision  KL per int8 layer, additivity, unit times (--ship: the shipped table)
+#   make bench-precision  precision strategies, one interleaved run (results/precision_robot-<UTC time>)
+#   make bench-weight-formats  decode / prefill time per weight format, torchao if importable (results/weight_formats-<UTC time>)
+#   make bench-burst      500 goals at once vs an offline EDF schedule (results/burst-<UTC time>)
+#   make soak             30-minute mixed workload from a bag: RSS, threads, files, TPOT drift (results/soak-<UTC time>)
 #   make device-check     scripts/device_check.sh (DEVICE=auto|cuda|cpu; figures in $$OUT or results/device_check)
 #   make schema           regenerate schema/timebill.schema.json and the README parameter table
 #   make clean   remove build/ install/ log/ (keeps .venv)
@@ -43,7 +44,7 @@ DOC_PATHS = $(call existing,timebill_ros test scripts/ete_in_node.py)
 
 .PHONY: venv build test lint node demo bench bench-overhead bench-robot \
         bench-longcontext bench-sched bench-batch measure-cuts measure-precision \
-        bench-precision bench-weight-formats soak device-check schema clean
+        bench-precision bench-weight-formats bench-burst soak device-check schema clean
 
 venv: $(STAMP)
 
@@ -87,6 +88,9 @@ bench: build
 bench-overhead: build
 	$(ENV) && exec python -m timebill_ros.cli.bench_overhead
 
+bench-burst: build
+	$(ENV) && exec python -m timebill_ros.cli.bench_burst $(BENCH_ARGS)
+
 bench-robot: build
 	$(ENV) && exec python -m timebill_ros.cli.bench_robot $(BENCH_ARGS)
 
@@ -110,7 +114,7 @@ bench-precision: build
 	  --tiers 0.5x 0.75x 0.9x 1x --strategies 'full precision' all-int8 all-int8-weight \
 	  'TimeBill without precision' 'TimeBill, whole-model int8' \
 	  'TimeBill, whole-model int8-weight' 'TimeBill, int8-weight, switch at 1.2x' \
-	  'TimeBill with per-layer int8-weight' --out results/precision_int8w $(BENCH_ARGS)
+	  'TimeBill with per-layer int8-weight' $(BENCH_ARGS)
 
 bench-weight-formats: build
 	$(ENV) && exec python -m timebill_ros.cli.bench_weight_formats --threads 2 $(BENCH_ARGS)

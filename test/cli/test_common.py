@@ -1,4 +1,6 @@
-"""The benchmarks' shared helpers: the CPU steal meter."""
+"""The benchmarks' shared helpers: the CPU steal meter, new results folders."""
+
+import pytest
 
 from timebill_ros.cli.common import cpu_times, StealMeter
 
@@ -27,3 +29,24 @@ def test_steal_meter_is_none_where_proc_stat_is_absent():
 def test_steal_meter_reads_this_machine():
     share = StealMeter().share()
     assert share is None or 0.0 <= share <= 1.0
+
+
+def test_runs_go_to_new_folders_and_never_overwrite(tmp_path, monkeypatch):
+    from timebill_ros.cli import common
+    monkeypatch.setattr(common, 'ROOT', tmp_path)
+    fresh = common.claim_out(None, 'burst')
+    assert fresh.is_dir() and fresh.parent == tmp_path / 'results'
+    assert fresh.name.startswith('burst-') and fresh.name.endswith('Z')
+    with pytest.raises(SystemExit, match='never overwritten'):
+        common.claim_out(str(fresh), 'burst')
+    # An unfinished run of a resumable benchmark continues; a finished one does not.
+    (fresh / 'partial.json').write_text('[]')
+    assert common.claim_out(str(fresh), 'burst', resumable=True) == fresh
+    (fresh / 'bench.json').write_text('{}')
+    with pytest.raises(SystemExit):
+        common.claim_out(str(fresh), 'burst', resumable=True)
+    stem = common.claim_file(None, 'threads')
+    assert stem.parent.is_dir() and stem.name == 'threads'
+    stem.with_suffix('.json').write_text('{}')
+    with pytest.raises(SystemExit):
+        common.claim_file(str(stem), 'threads')

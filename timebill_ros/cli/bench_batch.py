@@ -23,6 +23,8 @@ import statistics
 import sys
 import time
 
+from timebill_ros.cli import common
+
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACES = {1: '/batch1', 4: '/batch4'}
 
@@ -115,7 +117,7 @@ def main(argv=None) -> int:
     """Run both parts and write the outputs."""
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('--out', default=str(ROOT / 'results' / 'batch'))
+    parser.add_argument('--out', default=None, help=common.OUT_HELP)
     parser.add_argument('--size', type=int, default=4)
     parser.add_argument('--tokens', type=int, default=64)
     parser.add_argument('--steps', type=int, default=20)
@@ -126,8 +128,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from timebill_ros.cli.common import machine
     from timebill_ros.tools.client import ensure_init
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = common.claim_out(args.out, 'batch')
     started = time.monotonic()
     steps = bound(list(range(1, args.size + 1)), args.steps, args.threads)
     ensure_init()

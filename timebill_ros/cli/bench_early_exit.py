@@ -34,6 +34,7 @@ import statistics
 import sys
 import time
 
+from timebill_ros.cli import common
 from timebill_ros.cli.common import machine
 from timebill_ros.evaluation import metrics, tasks
 from timebill_ros.serving.loop import generate
@@ -120,7 +121,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--max-new', type=int, default=32, help='answer tokens per prompt')
     parser.add_argument('--target', type=float, default=0.9,
                         help='agreement the chosen threshold must reach on the fit half')
-    parser.add_argument('--out', default='results', help='output folder')
+    parser.add_argument('--out', default=None, help=common.OUT_HELP)
     return parser.parse_args(argv)
 
 
@@ -254,8 +255,7 @@ def main(argv=None) -> int:
         'exit_heads': str(SHIPPED_EXIT_HEADS.name) if heads is not None else None,
         'full_depth_task_score': full_quality, 'sweep': sweep, 'kv_effect': kv_effect,
         'wall_min': (time.monotonic() - started) / 60.0}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = common.claim_out(args.out, 'early_exit')
     (out / 'early_exit.json').write_text(json.dumps(report, indent=1) + '\n')
     (out / 'early_exit.md').write_text(markdown(report))
     plot(report, out / 'early_exit_sweep.png')

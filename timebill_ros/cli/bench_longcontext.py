@@ -32,6 +32,7 @@ import statistics
 import sys
 import time
 
+from timebill_ros.cli import common
 from timebill_ros.cli import bench_robot as robot
 from timebill_ros.cli.bench_timebill import budgets_from, kill_rows, skip_rows
 from timebill_ros.evaluation import metrics, plots, policies, tasks
@@ -218,7 +219,7 @@ def main(argv=None) -> int:
     parser.add_argument('--max-tokens', type=int, default=2200)
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--model', default='embedded', help="'tiny-random' for a smoke run")
-    parser.add_argument('--out', default=str(ROOT / 'results' / 'longcontext'))
+    parser.add_argument('--out', default=None, help=common.OUT_HELP)
     args = parser.parse_args(argv)
     started = time.monotonic()
 
@@ -299,8 +300,7 @@ def main(argv=None) -> int:
         'runs': every,
     }
     report['verdict'] = verdict(report)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = common.claim_out(args.out, 'longcontext')
     (out / 'bench.json').write_text(json.dumps(report, indent=1, default=float) + '\n')
     (out / 'README.md').write_text(markdown(report))
     shown = {'sweep': report['table'], 'date': report['date'],

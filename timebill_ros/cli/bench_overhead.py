@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 
+from timebill_ros.cli import common
 from timebill_ros.cli.demo import ROOT
 
 PROMPTS = [
@@ -115,7 +116,8 @@ def main(argv=None) -> int:
     parser.add_argument('--engine', default='', help='a llama.cpp GGUF format (e.g. q4_1): '
                         "compare the node's goals pinned to that option with llama-cpp-python's "
                         'own generation loop on the same GGUF')
-    parser.add_argument('--out', default=os.path.join(ROOT, 'results', 'bench_overhead.json'))
+    parser.add_argument('--out', default=None,
+                        help='JSON file (default: results/overhead-<UTC time>/...)')
     args = parser.parse_args(argv)
 
     from timebill_ros.runtime.model import load_model, prompt_ids
@@ -189,8 +191,9 @@ def main(argv=None) -> int:
         'client_overhead_ratio': client_tpot / bare_tpot,
         'cold_start_s': cold, 'warm_start_s': warm,
     }
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, 'w', encoding='utf-8') as handle:
+    out = common.claim_file(args.out or str(common.run_dir('overhead') / 'bench_overhead.json'),
+                            'bench_overhead.json')
+    with open(out, 'w', encoding='utf-8') as handle:
         json.dump(report, handle, indent=2)
     print(f"| measure | bare loop | through node |\n|---|---|---|\n"
           f"| decode TPOT (ms) | {report['bare_tpot_ms']:.2f} | {report['node_tpot_ms']:.2f} "

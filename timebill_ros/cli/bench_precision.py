@@ -37,6 +37,7 @@ import statistics
 import sys
 import time
 
+from timebill_ros.cli import common
 from timebill_ros.cli.bench_robot import Bench, replay_kill, summarise, tier_budget
 from timebill_ros.evaluation import metrics, robot_workload
 from timebill_ros.cli.common import (
@@ -218,8 +219,7 @@ def main_fresh(args, argv) -> int:
     from timebill_ros.tools.client import ensure_init
     import timebill_ros.cli.bench_robot as robot
     G = Instruct.Goal
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = common.claim_out(args.out, 'precision_robot', resumable=True)
     items = robot_workload.load('test')
     if args.items:
         items = items[:args.items]
@@ -273,7 +273,7 @@ def main(argv=None) -> int:
     """Run the new strategies, merge the reused ones and write the outputs."""
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('--out', default=str(ROOT / 'results' / 'precision_robot'))
+    parser.add_argument('--out', default=None, help=common.OUT_HELP)
     parser.add_argument('--reuse', default=str(ROOT / 'results' / 'robot_fallback' /
                                                'bench.json'))
     parser.add_argument('--tiers', nargs='+', default=list(TIERS))
@@ -292,8 +292,7 @@ def main(argv=None) -> int:
     from timebill_ros.tools.client import ensure_init
     import timebill_ros.cli.bench_robot as robot
     G = Instruct.Goal
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = common.claim_out(args.out, 'precision_robot', resumable=True)
     with open(args.reuse, encoding='utf-8') as handle:
         reused = json.load(handle)
     old, reused_machine = reused['runs'], reused.get('machine', '?')

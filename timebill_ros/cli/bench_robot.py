@@ -39,7 +39,8 @@ import statistics
 import sys
 import time
 
-from timebill_ros.cli.common import machine, ROOT, shipped_params, stamped_log, write_outputs
+from timebill_ros.cli import common
+from timebill_ros.cli.common import machine, shipped_params, stamped_log, write_outputs
 from timebill_ros.evaluation import metrics, robot_workload
 
 RELATIVE = (0.5, 0.75, 0.9, 1.0, 1.25, 1.5, 2.0)
@@ -257,7 +258,7 @@ def main(argv=None) -> int:
     """Run the benchmark and write its outputs."""
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('--out', default=str(ROOT / 'results' / 'robot'))
+    parser.add_argument('--out', default=None, help=common.OUT_HELP)
     parser.add_argument('--split', default='test', choices=('test', 'train'))
     parser.add_argument('--items', type=int, default=0, help='first N items only (0: all)')
     parser.add_argument('--reuse', default='',
@@ -274,8 +275,7 @@ def main(argv=None) -> int:
     from timebill_ros.tools.client import ensure_init
     G = Instruct.Goal
     KILL, SKIP = G.KILL, G.SKIP_NEXT
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = common.claim_out(args.out, 'robot', resumable=True)
     items = robot_workload.load(args.split)
     if args.items:
         items = items[:args.items]

@@ -37,6 +37,7 @@ import time
 
 import numpy as np
 
+from timebill_ros.cli import common
 from timebill_ros.core.workload import arrivals, MODES, POLICIES, WorkloadItem
 from timebill_ros.evaluation import robot_workload
 from timebill_ros.cli.common import machine, shipped_params, stamped_log, write_outputs
@@ -191,7 +192,7 @@ def main(argv=None) -> int:
     """Run the benchmark and write its outputs."""
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('--out', default=str(ROOT / 'results' / 'sched'))
+    parser.add_argument('--out', default=None, help=common.OUT_HELP)
     parser.add_argument('--reference', default=str(ROOT / 'results' / 'robot_auto_int8' /
                                                    'bench.json'),
                         help="a bench_robot bench.json: each item's full-model time")
@@ -216,8 +217,7 @@ def main(argv=None) -> int:
     from timebill_ros.tools import bags
     from timebill_ros.tools.replay import replay
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = common.claim_out(args.out, 'sched', resumable=True)
     with open(args.reference, encoding='utf-8') as handle:
         reference = json.load(handle)['runs']['reference']
     full_s = {r['item']: r['e2e_s'] for r in reference}

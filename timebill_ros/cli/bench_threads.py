@@ -20,6 +20,8 @@ import sys
 import threading
 import time
 
+from timebill_ros.cli import common
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -79,7 +81,8 @@ def main(argv=None) -> int:
     parser.add_argument('--steps', type=int, default=40)
     parser.add_argument('--lengths', type=int, nargs='+', default=[64, 512, 2048])
     parser.add_argument('--decode-threads', type=int, default=1)
-    parser.add_argument('--out', default=str(ROOT / 'results' / 'threads'))
+    parser.add_argument('--out', default=None,
+                        help='file stem (default: results/threads-<UTC time>/threads)')
     args = parser.parse_args(argv)
     import torch
     from timebill_ros.runtime.model import load_model, precision_variant
@@ -100,8 +103,7 @@ def main(argv=None) -> int:
                     prefill_s, loaded, length, threads)
         rows.append(row)
         print(row, flush=True)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = common.claim_file(args.out, 'threads')
     out.with_suffix('.json').write_text(json.dumps(
         {'rows': rows, 'default_threads': default, 'machine': platform.node(),
          'date': time.strftime('%Y-%m-%d')}, indent=1) + '\n', encoding='utf-8')

@@ -48,6 +48,7 @@ import sys
 import threading
 import time
 
+from timebill_ros.cli import common
 from timebill_ros.evaluation import metrics, plots, policies, tasks
 from timebill_ros.cli.common import machine, stamped_log
 
@@ -327,7 +328,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--min-tokens', type=int, default=800, help='shortest prompt (tokens)')
     parser.add_argument('--max-tokens', type=int, default=2200, help='longest prompt (tokens)')
     parser.add_argument('--seed', type=int, default=0, help='item selection seed')
-    parser.add_argument('--out', default='results/timebill', help='output folder')
+    parser.add_argument('--out', default=None, help=common.OUT_HELP)
     parser.add_argument('--k-budget', type=float, default=0.0,
                         help='budget of the k ablation (default: the middle of the sweep)')
     parser.add_argument('--k-only', action='store_true',
@@ -345,8 +346,7 @@ def main(argv=None) -> int:
     alphas = QUICK_ALPHAS if quick else ALPHAS
     ks = (1.0, 2.0, 4.0, 8.0) if quick else tuple(float(k) for k in range(1, 9))
     task_names = [t for t in args.tasks.split(',') if t]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = common.claim_out(args.out, 'timebill')
     started = time.monotonic()
     if args.k_only:
         return k_only(args, out, ks)

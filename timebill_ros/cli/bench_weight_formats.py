@@ -25,6 +25,8 @@ from pathlib import Path
 import statistics
 import sys
 
+from timebill_ros.cli import common
+
 ROOT = Path(__file__).resolve().parents[2]
 TORCHAO = {'torchao int8 weight-only': 'Int8WeightOnlyConfig',
            'torchao int8 dyn-act int8 weight': 'Int8DynamicActivationInt8WeightConfig'}
@@ -135,7 +137,8 @@ def main(argv=None) -> int:
     parser.add_argument('--device', default='cpu', help='cpu | cuda')
     parser.add_argument('--kl-prompts', type=int, default=8,
                         help='robot train items for the KL column (0: no KL)')
-    parser.add_argument('--out', default=str(ROOT / 'results' / 'weight_formats'))
+    parser.add_argument('--out', default=None,
+                        help='file stem (default: results/weight_formats-<UTC time>/...)')
     args = parser.parse_args(argv)
     import torch
     from timebill_ros.cli.common import machine
@@ -191,8 +194,7 @@ def main(argv=None) -> int:
                   '(8 steps per round, medians over the rounds). '
                   'A weight format speeds up only the matmuls: even matmuls that took no time '
                   f"would make float32's step at most {ceiling(base):.1f}x faster.", '']
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = common.claim_file(args.out, 'weight_formats')
     out.with_suffix('.md').write_text('\n'.join(lines), encoding='utf-8')
     out.with_suffix('.json').write_text(json.dumps(
         {'date': datetime.date.today().isoformat(), 'threads': threads, 'rows': rows,

@@ -67,6 +67,42 @@ def new_results_dir(path: str) -> Path | None:
     return out
 
 
+OUT_HELP = 'new results folder (default: results/<benchmark>-<UTC time>); never overwritten'
+
+
+def run_dir(name: str) -> Path:
+    """Return a new folder for one run: results/<name>-<UTC date and time>."""
+    stamp = time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())
+    return ROOT / 'results' / f'{name}-{stamp}'
+
+
+def claim_out(path: str | None, name: str, resumable: bool = False) -> Path:
+    """Return the run's output folder: ``path``, or a new one named after ``name``.
+
+    Benchmarks never overwrite: an existing folder is refused (SystemExit with why),
+    except an unfinished run of a ``resumable`` benchmark (partial.json, no bench.json),
+    which the benchmark continues.
+    """
+    out = Path(path) if path else run_dir(name)
+    unfinished = (out / 'partial.json').is_file() and not (out / 'bench.json').exists()
+    if out.exists() and not (resumable and unfinished):
+        raise SystemExit(f'{out} exists: results are never overwritten (give a new --out)')
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def claim_file(path: str | None, name: str) -> Path:
+    """Return an output file path: ``path``, or results/<name>-<UTC time>/<name>.
+
+    An existing file (or, for a stem, its .json) is refused: SystemExit with why.
+    """
+    out = Path(path) if path else run_dir(name) / name
+    if out.exists() or out.with_suffix('.json').exists():
+        raise SystemExit(f'{out} exists: results are never overwritten (give a new --out)')
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return out
+
+
 def stamped_log(started: float | None = None) -> Callable[[str], None]:
     """Return a ``log(message)`` that prints seconds since ``started`` (default: now)."""
     origin = time.monotonic() if started is None else started

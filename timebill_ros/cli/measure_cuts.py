@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+from timebill_ros.cli import common
 from timebill_ros.serving.loop import generate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,9 +70,15 @@ def main(argv=None) -> int:
     parser.add_argument('--limit', type=int, default=0, help='first N train items (0: all)')
     parser.add_argument('--every', type=int, default=1,
                         help='use every N-th train item (a spread over all kinds)')
-    parser.add_argument('--out', default=str(SHIPPED))
-    parser.add_argument('--report', default=str(ROOT / 'results' / 'cut_effects'))
+    parser.add_argument('--out', default=None, help='effects JSON (default: see --ship)')
+    parser.add_argument('--report', default=None, help='report stem (default: in the run folder)')
+    parser.add_argument('--ship', action='store_true',
+                        help='write the shipped timebill_ros/data/cut_effects.json (default: '
+                        'a new results folder)')
     args = parser.parse_args(argv)
+    run = None if args.out and args.report else common.run_dir('cut_effects')
+    args.out = args.out or str(SHIPPED if args.ship else run / 'cut_effects.json')
+    args.report = args.report or str(run / 'cut_effects')
 
     from timebill_ros.core.cuts import CutEffect, CutEffects, length_factor
     from timebill_ros.core.eviction import press_skip_reason

@@ -28,6 +28,7 @@ import random
 import statistics
 import sys
 import time
+from timebill_ros.cli import common
 from timebill_ros.cli.common import machine, stamped_log, write_outputs
 from timebill_ros.core.precision import shipped_unit_kl
 from timebill_ros.runtime.model import FLOAT32_ACTIVATIONS
@@ -134,15 +135,17 @@ def main(argv=None) -> int:
     parser.add_argument('--threads', type=int, default=1, help='decode threads when timing')
     parser.add_argument('--low', default='int8-dynamic', choices=FLOAT32_ACTIVATIONS,
                         help='the precision a unit is lowered to')
-    parser.add_argument('--out', default='', help='default: the shipped table for --low')
+    parser.add_argument('--out', default='', help='KL table (default: see --ship)')
     parser.add_argument('--report', default='',
-                        help='default: results/precision (int8-dynamic) or '
-                        'results/precision_<low>')
+                        help='report folder (default: results/precision_<low>-<UTC time>)')
+    parser.add_argument('--ship', action='store_true',
+                        help='write the shipped table for --low (default: a new results folder)')
     args = parser.parse_args(argv)
     low_name = args.low
-    args.out = args.out or str(shipped_unit_kl(low_name))
-    args.report = args.report or str(ROOT / 'results' / (
-        'precision' if low_name == 'int8-dynamic' else f'precision_{low_name}'))
+    run = common.run_dir(f'precision_{low_name}')
+    args.report = args.report or str(run)
+    args.out = args.out or str(shipped_unit_kl(low_name) if args.ship
+                               else Path(args.report) / 'precision_kl.json')
     import numpy as np
     from timebill_ros.core.precision import Mix, PrecisionTable
     from timebill_ros.runtime.model import load_model, precision_variant

@@ -29,6 +29,8 @@ import sys
 import threading
 import time
 
+from timebill_ros.cli import common
+
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = '/soak'
 
@@ -242,7 +244,7 @@ def main(argv=None) -> int:
     parser.add_argument('--sample-s', type=float, default=10.0)
     parser.add_argument('--warmup', type=float, default=0.2, help='share of the run')
     parser.add_argument('--seed', type=int, default=5)
-    parser.add_argument('--out', default=str(ROOT / 'results' / 'soak'))
+    parser.add_argument('--out', default=None, help=common.OUT_HELP)
     args = parser.parse_args(argv)
     import yaml
     from timebill_ros.cli.common import machine, shipped_params, write_outputs
@@ -257,8 +259,7 @@ def main(argv=None) -> int:
     for pair in args.param:
         name, _, value = pair.partition('=')
         params[name] = yaml.safe_load(value)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = common.claim_out(args.out, 'soak')
     started = time.monotonic()
     ours = not rclpy.ok()
     ensure_init()

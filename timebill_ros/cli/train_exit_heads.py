@@ -17,6 +17,8 @@ import time
 
 import numpy as np
 
+from timebill_ros.cli import common
+
 
 def collect(loaded, prompts: list, layers: tuple, max_new: int) -> tuple:
     """Return ({layer: states}, final states, final top-1 ids, prompt index per row)."""
@@ -60,7 +62,9 @@ def main(argv=None) -> int:
     parser.add_argument('--max-new', type=int, default=48)
     parser.add_argument('--layers', default='16,20,24,26,28')
     parser.add_argument('--ridge', type=float, default=1e-3)
-    parser.add_argument('--out', default=None, help='default: the shipped exit_heads.npz')
+    parser.add_argument('--out', default=None, help='heads .npz (default: see --ship)')
+    parser.add_argument('--ship', action='store_true',
+                        help='write the shipped exit_heads.npz (default: a new results folder)')
     args = parser.parse_args(argv)
     from timebill_ros.runtime.exit_heads import ExitHeads, fit_map, SHIPPED_EXIT_HEADS
     from timebill_ros.evaluation.length_data import select_prompts
@@ -85,7 +89,8 @@ def main(argv=None) -> int:
     # Ship maps fitted on every prompt.
     final = ExitHeads(loaded.name, {layer: fit_map(xs[layer], y, args.ridge)
                                     for layer in layers})
-    out = args.out or SHIPPED_EXIT_HEADS
+    out = args.out or (SHIPPED_EXIT_HEADS if args.ship
+                       else common.claim_out(None, 'exit_heads') / 'exit_heads.npz')
     final.save(out)
     print(f'wrote {out} ({time.monotonic() - started:.0f} s)')
     return 0

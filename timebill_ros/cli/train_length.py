@@ -21,12 +21,14 @@ import glob
 import json
 import math
 import os
+from pathlib import Path
 import platform
 import sys
 import time
 
 import numpy as np
 
+from timebill_ros.cli import common
 from timebill_ros.cli.demo import ROOT
 
 
@@ -94,9 +96,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument('--data', default=str(cache_root() / 'length_data'))
     parser.add_argument('--quantile', type=float, default=0.95)
-    parser.add_argument('--results', default=os.path.join(ROOT, 'results'))
-    parser.add_argument('--head-out', default=os.path.join(ROOT, 'timebill_ros', 'data',
-                                                           'length_head.npz'))
+    parser.add_argument('--results', default=None, help=common.OUT_HELP)
+    parser.add_argument('--head-out', default=None, help='head .npz (default: see --ship)')
+    parser.add_argument('--ship', action='store_true',
+                        help='write the shipped length_head.npz (default: a new results folder)')
     parser.add_argument('--encoder-layers', type=int, default=2,
                         help='top MiniLM layers fine-tuned (0: skip the fine-tuned encoder)')
     parser.add_argument('--encoder-epochs', type=int, default=8)
@@ -104,6 +107,10 @@ def main(argv=None) -> int:
                         help='also save the fine-tuned encoder here (for bench_predictor '
                              '--encoder or length_predictor), whether or not it is the default')
     args = parser.parse_args(argv)
+    shipped_head = Path(ROOT) / 'timebill_ros' / 'data' / 'length_head.npz'
+    args.results = args.results or str(common.run_dir('length_predictor'))
+    args.head_out = args.head_out or str(
+        shipped_head if args.ship else Path(args.results) / 'length_head.npz')
     with open(os.path.join(args.data, 'settings.json'), encoding='utf-8') as handle:
         settings = json.load(handle)
     n_max = int(settings['n_max'])

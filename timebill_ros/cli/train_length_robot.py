@@ -29,6 +29,8 @@ import time
 
 import numpy as np
 
+from timebill_ros.cli import common
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -67,11 +69,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--data', default=str(cache_root() / 'length_data_robot'))
-    parser.add_argument('--head-out', default=str(ROOT / 'timebill_ros' / 'data'
-                                                  / 'length_head.npz'))
+    parser.add_argument('--head-out', default=None, help='head .npz (default: see --ship)')
+    parser.add_argument('--ship', action='store_true',
+                        help='write the shipped length_head.npz (default: a new results folder)')
     parser.add_argument('--baseline-head', default='',
-                        help='head to compare with (default: the one at --head-out now)')
-    parser.add_argument('--results', default=str(ROOT / 'results'))
+                        help='head to compare with (default: the shipped head)')
+    parser.add_argument('--results', default=None, help=common.OUT_HELP)
     parser.add_argument('--plan-quantile', type=float, default=0.9)
     parser.add_argument('--l2', type=float, nargs='+', default=[1e-2, 1.0, 100.0],
                         help='weight decays tried by cross-validation')
@@ -80,6 +83,10 @@ def main(argv=None) -> int:
     parser.add_argument('--max-new-tokens', type=int, default=128,
                         help="the stand-in's prediction (the node's default answer cap)")
     args = parser.parse_args(argv)
+    shipped_head = Path(ROOT) / 'timebill_ros' / 'data' / 'length_head.npz'
+    args.results = args.results or str(common.run_dir('length_predictor_robot'))
+    args.head_out = args.head_out or str(
+        shipped_head if args.ship else Path(args.results) / 'length_head.npz')
     with open(os.path.join(args.data, 'settings.json'), encoding='utf-8') as handle:
         settings = json.load(handle)
     n_max = int(settings['n_max'])
@@ -111,7 +118,7 @@ def main(argv=None) -> int:
     head.features, head.target, head.decode, head.distribution = \
         key, settings['model'], decode, dist
 
-    baseline_path = args.baseline_head or args.head_out
+    baseline_path = args.baseline_head or str(shipped_head)
     baseline = LinearHead.load(baseline_path) if os.path.isfile(baseline_path) else None
     new_pred = head.predict(x[test])
     preds = {'trained on robot train split': new_pred,
