@@ -13,7 +13,8 @@ def test_two_minutes_of_mixed_traffic_leave_no_goal_unanswered_and_nothing_leaki
                     '--param', "early_exit_layers=''",
                     '--param', 'max_new_tokens=32', '--rate', '1.0', '--burst', '12',
                     '--burst-every-s', '30', '--budgets', '0.5', '2', '--cancel-every-s', '4',
-                    '--probe-every-s', '6', '--sample-s', '2', '--out', str(tmp_path)])
+                    '--probe-every-s', '6', '--sample-s', '2', '--out', str(tmp_path / 'soak')])
+    tmp_path = tmp_path / 'soak'
     report = json.loads((tmp_path / 'bench.json').read_text())
     f = report['figures']
     assert rc == 0 and report['node_alive_at_end']

@@ -73,7 +73,8 @@ def main(argv=None) -> int:
     parser.add_argument('--ship', action='store_true',
                         help='write the shipped length_head.npz (default: a new results folder)')
     parser.add_argument('--baseline-head', default='',
-                        help='head to compare with (default: the shipped head)')
+                        help='head to compare with (default: the one at --head-out before '
+                        'this run: the shipped head with --ship)')
     parser.add_argument('--results', default=None, help=common.OUT_HELP)
     parser.add_argument('--plan-quantile', type=float, default=0.9)
     parser.add_argument('--l2', type=float, nargs='+', default=[1e-2, 1.0, 100.0],
@@ -118,7 +119,7 @@ def main(argv=None) -> int:
     head.features, head.target, head.decode, head.distribution = \
         key, settings['model'], decode, dist
 
-    baseline_path = args.baseline_head or str(shipped_head)
+    baseline_path = args.baseline_head or args.head_out
     baseline = LinearHead.load(baseline_path) if os.path.isfile(baseline_path) else None
     new_pred = head.predict(x[test])
     preds = {'trained on robot train split': new_pred,
