@@ -329,7 +329,25 @@ class Admission:
         except Rejection as exc:
             raise Rejection(f'after {job.clock.elapsed():.3f} s in queue: {exc.reason}',
                             job.plan) from None
+        self.yield_if_unlikely(job.request, plan, job.clock.remaining())
         return replanned(plan, f'at dispatch: {why}'), None
+
+    def yield_if_unlikely(self, request, plan: Plan, left_s: float) -> None:
+        """Refuse a starting goal unlikely to fit while others wait (``dispatch_probability``).
+
+        Raise Rejection saying so; a goal that would run into its deadline and be killed
+        would only take the model from goals that can still make theirs. A schema or
+        grammar goal the deadline closure completes in time is served anyway.
+        """
+        floor = self.config.dispatch_probability
+        closes = request.output.constrained and self.config.deadline_closure
+        if plan.fit_probability >= floor or closes:
+            return
+        waiting = self.server.dispatch.waiting()
+        if waiting:
+            raise Rejection(f'at its start P(answer fits the {left_s:.3f} s left) = '
+                            f'{plan.fit_probability:.0%}, under dispatch_probability '
+                            f'{floor:g}, with {waiting} goals waiting for the model', plan)
 
     def _plan_in_prefill(self, pipeline, job: Job, timing):
         """Return the prefill's plan maker: plan on the length its hidden states predict."""
@@ -348,6 +366,7 @@ class Admission:
                     raise
                 plan = replace(exc.plan, note=f'best effort (Kill, no goal waiting): '
                                               f'{exc.reason}')
+            self.yield_if_unlikely(request, plan, left)
             job.plan = replanned(plan, f'in prefill: {predicted} answer tokens predicted')
             return job.plan  # admission now sees the predicted length of a running goal
         return plan_from
