@@ -211,6 +211,30 @@ def test_without_the_wait_check_a_goal_is_judged_on_an_idle_node_and_killed_if_l
         server.stop(timeout_s=30.0)
 
 
+def test_a_goal_expected_to_miss_yields_before_its_prefill_only_while_others_wait(
+        loaded, tmp_path, synthetic_profile):
+    server = profiled_server(loaded, tmp_path, synthetic_profile, 'edf')
+    auto = int(Mode.AUTO)
+    try:
+        with server.assembly.model_lock:  # nothing runs, so the ETE keeps its profile
+            hold_worker(server)
+            # Fits alone (8 tokens: ~0.81 s by the ETE): accepted on an idle node.
+            late = server.admit(GoalSpec('Go.', budget_s=1.5, mode=auto, max_new_tokens=8),
+                                'late')
+            threading.Event().wait(0.9)  # 0.6 s left: it is expected to miss
+            yielding = server.admission.yield_if_late
+            yielding(server.pipeline, late)  # nobody waits: it would run
+            server.submit(server.admit(GoalSpec('Go.', budget_s=20.0, mode=auto,
+                                                max_new_tokens=2), 'behind'))
+            with pytest.raises(Rejection, match=r'expected 0\.7\d+ s .* with 0\.[0-6]\d* s '
+                                                r'left and 1 goals waiting'):
+                yielding(server.pipeline, late)
+            server.config = replace(server.config, yield_when_late=False)  # (live)
+            yielding(server.pipeline, late)
+    finally:
+        server.stop(timeout_s=30.0)
+
+
 def test_admission_counts_the_expected_wait_and_protects_accepted_goals(loaded, tmp_path,
                                                                         synthetic_profile):
     server = profiled_server(loaded, tmp_path, synthetic_profile, 'edf',
@@ -444,8 +468,10 @@ def lanes_server(loaded, tmp_path, make_profile, low='int8-dynamic'):
     for name, dtype in (('tiny.yaml', 'float32'), (f'tiny.{low}.yaml', low)):
         make_profile(dtype, step_s=0.001, prefill_s=0.001,
                      batch=[(0.0, 0.001)] * 4).save(tmp_path / name)
+    # These goals are meant to run into their deadlines: none yields to those waiting.
     return synthetic_server(loaded, tmp_path / 'tiny.yaml', auto_precision=low,
-                            cut_effects='', max_batch=4, max_new_tokens_limit=8192)
+                            cut_effects='', max_batch=4, max_new_tokens_limit=8192,
+                            yield_when_late=False)
 
 
 @pytest.mark.parametrize('low', ['int8-dynamic', 'int8-weight'])
@@ -562,7 +588,8 @@ def test_a_goal_refused_in_its_prefill_runs_anyway_only_when_none_waits(
                                      mode=int(Mode.EVICTION), max_new_tokens=256), key)
 
     def make(**params):
-        return synthetic_server(loaded, tmp_path / 'tiny.yaml', max_budget_s=120.0,
+        return synthetic_server(loaded, tmp_path / 'tiny.yaml', yield_when_late=False,
+                                max_budget_s=120.0,
                                 length_predictor=str(tmp_path / 'head.npz'), **params)
     server = make()
     try:

@@ -33,7 +33,7 @@ LIVE = frozenset({
     'max_new_tokens', 'max_new_tokens_limit', 'default_policy', 'pessimistic_factor',
     'max_budget_s', 'queue_length', 'scheduler', 'queue_aware_admission', 'miss_rate_warn',
     'miss_rate_error', 'hardware_id', 'alpha_max', 'infeasible', 'plan_quantile',
-    'admit_probability', 'dispatch_probability', 'fit_tolerance', 'predictor_share',
+    'admit_probability', 'yield_when_late', 'fit_tolerance', 'predictor_share',
     'min_cut_saving', 'auto_early_exit', 'deadline_closure', 'tpot_jitter', 'idle_best_effort',
     'min_switch_speedup', 'time_margin'})
 
@@ -109,12 +109,13 @@ _TABLE = (
           'left is below this; the default refuses only goals with no chance (not even the '
           'first token fits); 0 never rejects on a prediction, 0.9 is fail-fast.',
           0.0, 1.0),
-    Param('dispatch_probability', 0.5, 'When other goals wait for the model, a goal about to '
-          'start whose plan gives P(answer fits the time left) below this is refused '
-          '(REJECTED, the reason says so) instead of running into its deadline and being '
-          'killed: under overload the time goes to goals that can still make theirs. '
-          'With nothing waiting it runs (admit_probability alone rules). 0: off.',
-          0.0, 1.0),
+    Param('yield_when_late', True, 'With other goals waiting for the model, a goal about to '
+          'start whose expected time (its prefill and an answer of the recent mean length, '
+          'on the ETE) is more than the time it has left is refused (REJECTED, the reason '
+          'gives both) before its prefill, instead of running into its deadline and being '
+          'killed: under overload the model goes to goals that can still make theirs. '
+          'Alone, a goal always runs. Schema and grammar goals the deadline closure '
+          'completes are always served.'),
     Param('fit_tolerance', 0.02, "MODE_AUTO's choice among cuts and engines: those whose "
           'P(answer fits) is within this of the surest one (each counted up to '
           'plan_quantile) compete on measured fidelity; the others are left out. 0: the '

@@ -306,8 +306,10 @@ class Admission:
         ``timing`` is the ETE of the batch of ``batch`` it joins (None: it decodes
         alone). A goal whose length comes from its prefill is planned there; any other
         is re-planned only when it waited longer than admission expected or joins
-        another batch than it planned for. Raise Rejection when that re-plan refuses it.
+        another batch than it planned for. Raise Rejection when that re-plan refuses it,
+        or when it is expected to miss while others wait (``yield_if_late``).
         """
+        self.yield_if_late(pipeline, job, timing)
         if self.predicts_in_prefill(pipeline, job.request):
             predictor = self.server.predictor
             pooling = getattr(getattr(predictor, 'featurizer', None), 'pooling', 'last')
@@ -329,25 +331,30 @@ class Admission:
         except Rejection as exc:
             raise Rejection(f'after {job.clock.elapsed():.3f} s in queue: {exc.reason}',
                             job.plan) from None
-        self.yield_if_unlikely(job.request, plan, job.clock.remaining())
         return replanned(plan, f'at dispatch: {why}'), None
 
-    def yield_if_unlikely(self, request, plan: Plan, left_s: float) -> None:
-        """Refuse a starting goal unlikely to fit while others wait (``dispatch_probability``).
+    def yield_if_late(self, pipeline, job: Job, timing=None) -> None:
+        """Refuse a goal about to start that is expected to miss while others wait.
 
-        Raise Rejection saying so; a goal that would run into its deadline and be killed
-        would only take the model from goals that can still make theirs. A schema or
-        grammar goal the deadline closure completes in time is served anyway.
+        Raise Rejection with the expected time and the time left (``yield_when_late``):
+        run, it would only take the model from goals that can still make theirs. Its
+        prefill is not spent. A schema or grammar goal the deadline closure completes
+        is served anyway.
         """
-        floor = self.config.dispatch_probability
-        closes = request.output.constrained and self.config.deadline_closure
-        if plan.fit_probability >= floor or closes:
+        request = job.request
+        if not self.config.yield_when_late or (
+                request.output.constrained and self.config.deadline_closure):
             return
         waiting = self.server.dispatch.waiting()
-        if waiting:
-            raise Rejection(f'at its start P(answer fits the {left_s:.3f} s left) = '
-                            f'{plan.fit_probability:.0%}, under dispatch_probability '
-                            f'{floor:g}, with {waiting} goals waiting for the model', plan)
+        if not waiting:
+            return
+        tokens = max(1.0, min(self.expected_tokens(job), float(request.max_new_tokens)))
+        need = pipeline.planner.estimate_s(job.plan, tokens, cached(pipeline, job, timing))
+        left = job.clock.remaining()
+        if need > left:
+            raise Rejection(f'expected {need:.3f} s (its prefill and an answer of {tokens:.0f} '
+                            f'tokens, the recent mean) with {left:.3f} s left and {waiting} '
+                            'goals waiting for the model', job.plan)
 
     def _plan_in_prefill(self, pipeline, job: Job, timing):
         """Return the prefill's plan maker: plan on the length its hidden states predict."""
@@ -366,7 +373,6 @@ class Admission:
                     raise
                 plan = replace(exc.plan, note=f'best effort (Kill, no goal waiting): '
                                               f'{exc.reason}')
-            self.yield_if_unlikely(request, plan, left)
             job.plan = replanned(plan, f'in prefill: {predicted} answer tokens predicted')
             return job.plan  # admission now sees the predicted length of a running goal
         return plan_from
