@@ -47,6 +47,7 @@ def goal_rows(runs: list, sent_at: float) -> list:
     for index, (budget, run) in enumerate(runs):
         result = run.result
         row = {'index': index, 'budget_s': budget, 'answered': run.finished_at > 0,
+               'status': run.status,
                'accepted': run.accepted, 'reject_reason': run.reject_reason,
                'outcome': Outcome(result.outcome).name if result is not None else '',
                'deadline_met': bool(result.deadline_met) if result is not None else False,
@@ -174,6 +175,7 @@ def main(argv=None) -> int:
     report['rows'] = rows
     report['summary'] = summarise(rows)
     out.mkdir(parents=True)
+    (out / 'node.log').write_text(''.join(node.lines), encoding='utf-8')
     common.write_outputs(out, report, markdown, lambda report, out: None)
     return 0
 

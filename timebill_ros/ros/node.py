@@ -12,6 +12,7 @@ import socket
 import sys
 import threading
 import time
+import traceback
 from typing import Callable
 
 import rclpy
@@ -229,6 +230,19 @@ class Interfaces:
             f'tokens={result.tokens} e2e={result.e2e_s:.3f}s budget={job.request.budget_s:g}s')
 
     def _execute(self, goal_handle):
+        # rclpy answers an execute callback that raises with an empty result (outcome 0,
+        # no reason): never let one out, say what went wrong instead.
+        try:
+            return self._deliver(goal_handle)
+        except Exception as exc:  # noqa: BLE001 - a result must always carry its reason
+            self.get_logger().error(f'delivering goal {bytes(goal_handle.goal_id.uuid).hex()} '
+                                    f'failed: {traceback.format_exc()}')
+            if goal_handle.is_active:
+                goal_handle.abort()
+            return Instruct.Result(outcome=int(Outcome.FAILED),
+                                   reason=f'internal error delivering the result: {exc!r}')
+
+    def _deliver(self, goal_handle):
         key = bytes(goal_handle.goal_id.uuid).hex()
         job = self.server.job(key)
         while not job.done.wait(RESULT_POLL_S):
