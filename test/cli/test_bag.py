@@ -57,6 +57,20 @@ def test_write_carries_the_goals_planning_fields(capsys, tmp_path):
     assert 'eviction_ratio 0.5' in out and 'token_deadline 0.25' in out
 
 
+def test_write_carries_the_answer_form(capsys, tmp_path):
+    schema = tmp_path / 'lane.schema.json'
+    schema.write_text('{"type": "object", "properties": {"lane": {"enum": ["left", "right"]}}}')
+    code, _, err = run(capsys, 'write', str(tmp_path / 'w'), '--pattern', 'periodic',
+                       '--count', '2', '--period', '1', '--budget', '3',
+                       '--system-prompt', 'You drive.', '--json-schema-file', str(schema))
+    assert code == 0, err
+    items = bags.read_workload(tmp_path / 'w').items
+    assert {(i.system_prompt, i.json_schema, i.grammar) for i in items} == \
+        {('You drive.', schema.read_text(), '')}
+    code, out, _ = run(capsys, 'show', str(tmp_path / 'w'))
+    assert code == 0 and out.count('json_schema yes') == 2
+
+
 def test_poisson_with_builtin_instructions(capsys, tmp_path):
     code, _, err = run(capsys, 'write', str(tmp_path / 'p'), '--pattern', 'poisson',
                        '--rate', '5', '--seed', '1', '--count', '8', '--budget', '2')

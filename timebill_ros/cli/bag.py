@@ -77,6 +77,10 @@ def _parser() -> argparse.ArgumentParser:
     write.add_argument('--precision', default='',
                        help="pin the decode precision (e.g. float32, int8-weight); '' = the "
                             "planner's choice")
+    write.add_argument('--system-prompt', default='', help='system prompt of every request')
+    write.add_argument('--json-schema-file', type=Path,
+                       help='JSON Schema the answers must validate against')
+    write.add_argument('--grammar-file', type=Path, help='GBNF grammar of the answers')
     write.add_argument('--id-prefix', default='req', help='request ids: PREFIX-0000, ...')
     write.add_argument('--storage', choices=('sqlite3', 'mcap'), default='sqlite3',
                        help='bag storage (default: sqlite3)')
@@ -138,12 +142,20 @@ def _write(args) -> int:
                           pessimistic_factor=args.pessimistic_factor, id_prefix=args.id_prefix,
                           eviction_ratio=args.eviction_ratio,
                           expected_tokens=args.expected_tokens,
-                          token_deadline_s=args.token_deadline, precision=args.precision)
+                          token_deadline_s=args.token_deadline, precision=args.precision,
+                          system_prompt=args.system_prompt,
+                          json_schema=_text(args.json_schema_file),
+                          grammar=_text(args.grammar_file))
     path = write_workload(args.out, items, topic=args.topic, storage=args.storage)
     span = items[-1].arrival_s if items else 0.0
     print(f'wrote {path}: {len(items)} instructions on {args.topic} over {span:.3f} s '
           f'({args.pattern}, {args.storage})')
     return 0
+
+
+def _text(path) -> str:
+    """Return a file's text ('' for no file)."""
+    return path.read_text(encoding='utf-8') if path else ''
 
 
 def _show(args) -> int:
@@ -159,7 +171,9 @@ def _show(args) -> int:
                                ('eviction_ratio', item.eviction_ratio),
                                ('expected_tokens', item.expected_tokens),
                                ('token_deadline', item.token_deadline_s),
-                               ('precision', item.precision)) if value)
+                               ('precision', item.precision),
+                               ('json_schema', 'yes' if item.json_schema else ''),
+                               ('grammar', 'yes' if item.grammar else '')) if value)
         print(f'{item.arrival_s:10.3f} s  {item.id}  budget {item.budget_s:g} s  '
               f'policy {item.policy}  mode {item.mode}  max_new_tokens {item.max_new_tokens}  '
               f'{planning}{text!r}')

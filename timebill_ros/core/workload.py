@@ -57,12 +57,17 @@ class WorkloadItem:
     expected_tokens: int = 0
     token_deadline_s: float = 0.0
     precision: str = ''
+    # The answer's form ('' = free text, as in the message).
+    system_prompt: str = ''
+    json_schema: str = ''
+    grammar: str = ''
 
     def __post_init__(self):
         """Refuse values an Instruction message cannot carry."""
         if not isinstance(self.id, str) or not self.id:
             raise ValueError(f'id must be a non-empty string (got {self.id!r})')
-        for name in ('instruction', 'context', 'precision'):
+        for name in ('instruction', 'context', 'precision', 'system_prompt', 'json_schema',
+                     'grammar'):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f'{name} must be a string (got {getattr(self, name)!r})')
         _check_real('budget_s', self.budget_s)
@@ -191,7 +196,8 @@ def make_workload(arrival_s: Sequence[float], budget_s: float | Sequence[float],
                   max_new_tokens: int = 0, context: str = '',
                   pessimistic_factor: float = 0.0, id_prefix: str = 'req',
                   eviction_ratio: float = 0.0, expected_tokens: int = 0,
-                  token_deadline_s: float = 0.0, precision: str = '') -> list:
+                  token_deadline_s: float = 0.0, precision: str = '',
+                  system_prompt: str = '', json_schema: str = '', grammar: str = '') -> list:
     """Return one WorkloadItem per arrival; instructions and budgets are cycled.
 
     Ids are ``<id_prefix>-0000``, ``<id_prefix>-0001``, ... in arrival order.
@@ -218,7 +224,8 @@ def make_workload(arrival_s: Sequence[float], budget_s: float | Sequence[float],
                          context=context, policy=policy, mode=mode,
                          max_new_tokens=max_new_tokens, pessimistic_factor=pessimistic_factor,
                          eviction_ratio=eviction_ratio, expected_tokens=expected_tokens,
-                         token_deadline_s=token_deadline_s, precision=precision)
+                         token_deadline_s=token_deadline_s, precision=precision,
+                         system_prompt=system_prompt, json_schema=json_schema, grammar=grammar)
             for i, t in enumerate(times)]
 
 

@@ -161,9 +161,9 @@ def instruction_msg(item: WorkloadItem, stamp_ns: int):
         max_new_tokens=item.max_new_tokens, pessimistic_factor=item.pessimistic_factor,
         eviction_ratio=item.eviction_ratio, expected_tokens=item.expected_tokens,
         token_deadline=_duration(store, item.token_deadline_s), precision=item.precision,
-        # The answer's form: free text (workload items carry no schema yet).
-        system_prompt='', history=[], stop=[], temperature=0.0, top_p=0.0, seed=0,
-        json_schema='', grammar='', deadline=_time(store, 0))
+        # The answer's form: a system prompt and a schema or grammar (greedy, no history).
+        system_prompt=item.system_prompt, history=[], stop=[], temperature=0.0, top_p=0.0,
+        seed=0, json_schema=item.json_schema, grammar=item.grammar, deadline=_time(store, 0))
 
 
 def _ns(stamp) -> int:
@@ -188,7 +188,9 @@ def item_from_msg(msg, arrival_s: float) -> WorkloadItem:
         eviction_ratio=float(getattr(msg, 'eviction_ratio', 0.0)),
         expected_tokens=int(getattr(msg, 'expected_tokens', 0)),
         token_deadline_s=_seconds(deadline) if deadline is not None else 0.0,
-        precision=str(getattr(msg, 'precision', '')))
+        precision=str(getattr(msg, 'precision', '')),
+        system_prompt=str(getattr(msg, 'system_prompt', '')),
+        json_schema=str(getattr(msg, 'json_schema', '')), grammar=str(getattr(msg, 'grammar', '')))
 
 
 def serialize(msg, msgtype: str) -> bytes:
