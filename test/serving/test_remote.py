@@ -1,0 +1,60 @@
+"""The vLLM replica client: request bodies, the online timing model, routing (pure parts).
+
+The streaming itself is exercised against a real `vllm serve` by
+timebill_ros.cli.bench_vllm (results/vllm); the node does not use this backend yet.
+"""
+
+import json
+
+from timebill_ros.serving.remote import (
+    deadline_priority, RemoteAnswer, RemoteGoal, ReplicaPool, ReplicaTiming)
+
+
+def test_the_body_carries_the_cap_the_priority_and_the_answer_form():
+    schema = '{"type": "object", "properties": {"lane": {"enum": ["left", "right"]}}}'
+    goal = RemoteGoal(messages=({'role': 'user', 'content': 'Go left.'},), max_tokens=32,
+                      stop=('\n\n',), seed=7, top_p=0.9, temperature=0.5, json_schema=schema)
+    body = goal.body('smollm2', deadline_priority(1796284800.25))
+    assert body['stream'] and body['max_tokens'] == 32 and body['priority'] == 1796284800250
+    assert body['structured_outputs'] == {'json': json.loads(schema)}
+    assert body['stop'] == ['\n\n'] and body['seed'] == 7 and body['top_p'] == 0.9
+    plain = RemoteGoal(messages=(), max_tokens=4).body('m', 1)
+    assert 'structured_outputs' not in plain and 'seed' not in plain and 'stop' not in plain
+    assert RemoteGoal(messages=(), max_tokens=4, grammar='root ::= "yes"').body(
+        'm', 1)['structured_outputs'] == {'grammar': 'root ::= "yes"'}
+    # Earlier deadlines are served first (vLLM: smaller priority first).
+    assert deadline_priority(100.0) < deadline_priority(100.001)
+
+
+def answer(ttft, gaps):
+    times, t = [ttft], ttft
+    for gap in gaps:
+        t += gap
+        times.append(t)
+    return RemoteAnswer(ttft_s=ttft, token_times=times, tokens=len(times))
+
+
+def test_the_timing_model_fits_ttft_and_inter_token_latency_from_streams():
+    timing = ReplicaTiming()
+    for prompt, running in ((100, 0), (400, 0), (100, 2), (400, 2), (250, 1)):
+        ttft = 0.05 + 0.001 * prompt + 0.1 * running
+        timing.observe(prompt, running, answer(ttft, [0.04 + 0.01 * running] * 5))
+    assert abs(timing.ttft_s(300, 1) - (0.05 + 0.3 + 0.1)) < 1e-6
+    assert abs(timing.itl_s(3) - 0.07) < 1e-6
+    assert abs(timing.finish_s(300, 11, 1) - (0.45 + 10 * 0.05)) < 1e-6
+
+
+def test_the_pool_routes_to_the_earliest_finish_and_leaves_failed_replicas_out():
+    now = [0.0]
+    pool = ReplicaPool(['http://a:8000/', 'http://b:8000'], clock=lambda: now[0])
+    slow, fast = pool.replicas
+    fast.timing.itl_coef[0] = 0.01
+    chosen, seconds = pool.choose(prompt_tokens=50, tokens=10, left_s=5.0)
+    assert chosen is fast and seconds < 0.5 and slow.url == 'http://a:8000'
+    assert pool.choose(50, 10, left_s=0.1) == (None, seconds)  # nothing fits: say so
+    before = pool.started(fast)
+    pool.ended(fast, RemoteAnswer(ended='failed', error='connection refused'), 50, before)
+    assert fast.running == 0 and fast.last_error == 'connection refused'
+    assert pool.choose(50, 10, left_s=5.0)[0] is slow  # down for a while
+    now[0] = 11.0
+    assert pool.choose(50, 10, left_s=5.0)[0] is fast

@@ -1,0 +1,298 @@
+"""Remote engines: `vllm serve` replicas over the OpenAI-compatible API, bound by deadlines.
+
+ROS-free. A replica streams a chat completion as Server-Sent Events; this module sends
+one goal to one replica with the deadline turned into vLLM's ``priority`` (smaller is
+served first, so an absolute deadline in ms gives EDF inside the replica), the plan's
+token cap as ``max_tokens`` and the goal's answer form (stop strings, sampling, a JSON
+Schema or GBNF as ``structured_outputs``). At the deadline it closes the connection,
+which is how vLLM aborts a request and frees its KV cache (docs/design/
+vllm_backend_notes.md, section 3): a Kill is late by at most one token plus the network.
+
+Each replica has a timing model fitted online from what its streams showed: time to
+first token against prompt tokens and requests running, inter-token latency against
+requests running. The pool routes a goal to the replica with the earliest predicted
+finish that meets its deadline, and keeps a replica that fails out for a while.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+import json
+import threading
+import time
+from typing import Callable
+
+import httpx
+import numpy as np
+
+# Until a replica has shown this many streams, its timing model is the prior below.
+MIN_SAMPLES = 3
+KEPT_SAMPLES = 256
+PRIOR_TTFT_S, PRIOR_TTFT_PER_TOKEN_S, PRIOR_ITL_S = 0.2, 0.001, 0.05
+DOWN_FOR_S = 10.0  # a replica that failed is not chosen for this long
+
+
+@dataclass(frozen=True)
+class RemoteGoal:
+    """What one goal asks a replica for (the chat messages are built by the caller)."""
+
+    messages: tuple  # ({'role': ..., 'content': ...}, ...)
+    max_tokens: int
+    stop: tuple = ()
+    temperature: float = 0.0
+    top_p: float = 0.0
+    seed: int = 0
+    json_schema: str = ''
+    grammar: str = ''
+
+    def body(self, model: str, priority: int) -> dict:
+        """Return the /v1/chat/completions request body."""
+        body = {'model': model, 'messages': list(self.messages), 'stream': True,
+                'stream_options': {'include_usage': True}, 'max_tokens': self.max_tokens,
+                'temperature': self.temperature, 'priority': priority}
+        if self.top_p > 0.0:
+            body['top_p'] = self.top_p
+        if self.seed:
+            body['seed'] = self.seed
+        if self.stop:
+            body['stop'] = list(self.stop)
+        if self.json_schema:  # the `guided_*` names are ignored by vLLM >= 0.12
+            body['structured_outputs'] = {'json': json.loads(self.json_schema)}
+        elif self.grammar:
+            body['structured_outputs'] = {'grammar': self.grammar}
+        return body
+
+
+@dataclass
+class RemoteAnswer:
+    """What came back of one streamed goal."""
+
+    text: str = ''
+    tokens: int = 0
+    finish_reason: str = ''  # vLLM's ('stop', 'length'), or '' when cut
+    ended: str = 'completed'  # completed | killed | canceled | failed
+    error: str = ''
+    ttft_s: float = 0.0
+    token_times: list = field(default_factory=list)  # monotonic time of each chunk
+    started: float = 0.0
+    finished: float = 0.0
+    prompt_tokens: int = 0
+
+    def itl_s(self) -> list:
+        """Return the inter-token latencies the stream showed."""
+        times = self.token_times
+        return [b - a for a, b in zip(times, times[1:])]
+
+
+def stream_goal(client: httpx.Client, url: str, body: dict, deadline: float,
+                on_delta: Callable[[str], None] = lambda text: None,
+                canceled: Callable[[], bool] = lambda: False,
+                clock: Callable[[], float] = time.monotonic) -> RemoteAnswer:
+    """Stream one chat completion until it ends, the deadline passes or it is canceled.
+
+    ``deadline`` is on ``clock``. The stream is read on its own thread; at the deadline
+    this returns at once with the text so far ('killed') and closes the connection in
+    the background, which aborts the request in vLLM (closing can take a while when
+    the replica is busy). Errors (connection refused, HTTP or in-stream errors) end it
+    as 'failed' with the reason; nothing is raised.
+    """
+    answer = RemoteAnswer(started=clock())
+    state = _Stream(answer, on_delta, canceled, clock)
+    reader = threading.Thread(target=state.read, args=(client, url, body), daemon=True,
+                              name='timebill-remote-stream')
+    reader.start()
+    if state.done.wait(max(0.0, deadline - clock())):
+        answer.finished = clock()
+        return answer
+    return state.kill()
+
+
+class _Stream:
+    """One streamed answer, read on its own thread and cut by the caller at the deadline."""
+
+    def __init__(self, answer: RemoteAnswer, on_delta, canceled, clock):
+        self.answer, self.on_delta, self.canceled, self.clock = \
+            answer, on_delta, canceled, clock
+        self.lock, self.done, self.stopped = threading.Lock(), threading.Event(), False
+        self.response = None
+
+    def read(self, client: httpx.Client, url: str, body: dict) -> None:
+        answer = self.answer
+        try:
+            with client.stream('POST', f'{url}/v1/chat/completions', json=body,
+                               timeout=httpx.Timeout(10.0, read=None)) as response:
+                with self.lock:
+                    self.response = response
+                    if self.stopped:  # killed before the replica answered: abort now
+                        return
+                if response.status_code != 200:
+                    response.read()
+                    answer.ended = 'failed'
+                    answer.error = f'HTTP {response.status_code}: {response.text[:300]}'
+                    return
+                self._events(response)
+        except (httpx.HTTPError, OSError, RuntimeError, ValueError) as exc:
+            with self.lock:
+                if not self.stopped:
+                    answer.ended, answer.error = 'failed', f'{type(exc).__name__}: {exc}'
+        finally:
+            self.done.set()
+
+    def _events(self, response) -> None:
+        """Read SSE ``data:`` events (text, token times, finish reason, usage)."""
+        answer = self.answer
+        for line in response.iter_lines():
+            if self.canceled():
+                answer.ended = 'canceled'
+                return
+            if not line.startswith('data:'):
+                continue
+            data = line[5:].strip()
+            if data == '[DONE]':
+                return
+            event = json.loads(data)
+            if 'error' in event:
+                answer.ended, answer.error = 'failed', str(event['error'])[:300]
+                return
+            with self.lock:
+                if self.stopped:
+                    return
+                self._take(event)
+
+    def _take(self, event: dict) -> None:
+        answer = self.answer
+        if event.get('usage'):
+            answer.prompt_tokens = int(event['usage'].get('prompt_tokens', 0))
+        for choice in event.get('choices', ()):
+            text = (choice.get('delta') or {}).get('content') or ''
+            if text:
+                now = self.clock()
+                if not answer.token_times:
+                    answer.ttft_s = now - answer.started
+                answer.token_times.append(now)
+                answer.tokens += 1
+                answer.text += text
+                self.on_delta(text)
+            if choice.get('finish_reason'):
+                answer.finish_reason = choice['finish_reason']
+
+    def kill(self) -> RemoteAnswer:
+        """Stop taking tokens, close the connection in the background, return the answer."""
+        with self.lock:
+            self.stopped = True
+            response = self.response
+            answer = replace(self.answer, ended='killed', finished=self.clock(),
+                             token_times=list(self.answer.token_times))
+        if response is not None:
+            threading.Thread(target=response.close, daemon=True,
+                             name='timebill-remote-abort').start()
+        return answer
+
+
+class ReplicaTiming:
+    """A replica's time to first token and inter-token latency, refitted per stream."""
+
+    def __init__(self):
+        """Start from the prior (no samples)."""
+        self._ttft: list = []  # (prompt tokens, running, seconds)
+        self._itl: list = []  # (running, seconds)
+        self._lock = threading.Lock()
+        self.ttft_coef = np.array([PRIOR_TTFT_S, PRIOR_TTFT_PER_TOKEN_S, 0.0])
+        self.itl_coef = np.array([PRIOR_ITL_S, 0.0])
+
+    def observe(self, prompt_tokens: int, running: int, answer: RemoteAnswer) -> None:
+        """Learn from one finished stream (its TTFT and its median inter-token latency)."""
+        if not answer.token_times:
+            return
+        with self._lock:
+            self._ttft = (self._ttft + [(prompt_tokens, running, answer.ttft_s)])[-KEPT_SAMPLES:]
+            gaps = answer.itl_s()
+            if gaps:
+                self._itl = (self._itl + [(running, float(np.median(gaps)))])[-KEPT_SAMPLES:]
+            self._refit()
+
+    def _refit(self) -> None:
+        if len(self._ttft) >= MIN_SAMPLES:
+            rows = np.array([[1.0, n, r] for n, r, _ in self._ttft])
+            coef, *_ = np.linalg.lstsq(rows, np.array([t for *_, t in self._ttft]), rcond=None)
+            self.ttft_coef = np.maximum(coef, 0.0)
+        if len(self._itl) >= MIN_SAMPLES:
+            rows = np.array([[1.0, r] for r, _ in self._itl])
+            coef, *_ = np.linalg.lstsq(rows, np.array([t for _, t in self._itl]), rcond=None)
+            self.itl_coef = np.maximum(coef, 0.0)
+
+    def ttft_s(self, prompt_tokens: int, running: int) -> float:
+        """Return the predicted time to the first token."""
+        a, b, c = self.ttft_coef
+        return float(a + b * prompt_tokens + c * running)
+
+    def itl_s(self, running: int) -> float:
+        """Return the predicted time between tokens with ``running`` requests in flight."""
+        a, b = self.itl_coef
+        return float(a + b * running)
+
+    def finish_s(self, prompt_tokens: int, tokens: int, running: int) -> float:
+        """Return the predicted time of a whole answer of ``tokens`` tokens."""
+        return self.ttft_s(prompt_tokens, running) + max(0, tokens - 1) * self.itl_s(running)
+
+
+@dataclass
+class Replica:
+    """One `vllm serve` endpoint and what the node knows of it."""
+
+    url: str
+    timing: ReplicaTiming = field(default_factory=ReplicaTiming)
+    running: int = 0
+    down_until: float = 0.0
+    last_error: str = ''
+
+
+class ReplicaPool:
+    """Route goals to replicas by predicted finish; mark failing ones down for a while."""
+
+    def __init__(self, urls, clock: Callable[[], float] = time.monotonic):
+        """Hold one Replica per URL (``http://host:port``)."""
+        self.replicas = [Replica(url.rstrip('/')) for url in urls]
+        self.clock = clock
+        self._lock = threading.Lock()
+
+    def choose(self, prompt_tokens: int, tokens: int, left_s: float) -> tuple:
+        """Return (replica, predicted seconds) of the earliest finish, or (None, best).
+
+        None when no replica that is up is predicted to finish within ``left_s``.
+        """
+        now = self.clock()
+        with self._lock:
+            up = [r for r in self.replicas if r.down_until <= now]
+            timed = sorted(((r.timing.finish_s(prompt_tokens, tokens, r.running + 1), i, r)
+                            for i, r in enumerate(up)), key=lambda entry: entry[:2])
+        if not timed:
+            return None, float('inf')
+        best, _, replica = timed[0]
+        return (replica, best) if best <= left_s else (None, best)
+
+    def started(self, replica: Replica) -> int:
+        """Count a goal in flight on ``replica``; return how many were running before."""
+        with self._lock:
+            replica.running += 1
+            return replica.running - 1
+
+    def ended(self, replica: Replica, answer: RemoteAnswer, prompt_tokens: int,
+              running_before: int) -> None:
+        """Take a goal off ``replica``: learn its timing, or mark the replica down."""
+        with self._lock:
+            replica.running -= 1
+            if answer.ended == 'failed':
+                replica.down_until = self.clock() + DOWN_FOR_S
+                replica.last_error = answer.error
+        if answer.ended != 'failed':
+            replica.timing.observe(prompt_tokens, running_before, answer)
+
+
+def deadline_priority(deadline_epoch_s: float) -> int:
+    """Return vLLM's priority for a goal: its absolute deadline in Unix ms (int64).
+
+    vLLM serves smaller priorities first (ties by arrival), so every node that shares a
+    replica orders its goals by deadline (EDF) on the same wall clock.
+    """
+    return int(round(deadline_epoch_s * 1000.0))
