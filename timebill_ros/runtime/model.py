@@ -165,6 +165,13 @@ def resolve_source(source: str) -> tuple:
     return path, path.name
 
 
+def load_tokenizer(source: str):
+    """Return (the tokenizer of a model source, its display name), loading no weights."""
+    from transformers import AutoTokenizer
+    directory, name = resolve_source(source)
+    return AutoTokenizer.from_pretrained(directory), name
+
+
 def quiet_transformers() -> None:
     """Silence per-tensor progress bars and info logs of transformers."""
     from transformers.utils import logging as hf_logging
@@ -360,6 +367,20 @@ def intra_op_threads(threads: int):
         torch.set_num_threads(before)
 
 
+def chat_messages(instruction: str, context: str = '', system_prompt: str = '',
+                  history=()) -> list:
+    """Return a goal's chat: the system prompt (if any), ``history`` and the user turn.
+
+    The user turn is ``context`` then ``instruction``; ``history`` is (role, content) pairs.
+    """
+    content = f'{context.strip()}\n\n{instruction.strip()}' if context.strip() else \
+        instruction.strip()
+    messages = [{'role': 'system', 'content': system_prompt}] if system_prompt else []
+    messages += [{'role': role, 'content': text} for role, text in history]
+    messages.append({'role': 'user', 'content': content})
+    return messages
+
+
 def prompt_ids(tokenizer, instruction: str, context: str = '', lock=None,
                system_prompt: str = '', history=()) -> list:
     """Format the chat with the model's template and return token ids.
@@ -367,11 +388,7 @@ def prompt_ids(tokenizer, instruction: str, context: str = '', lock=None,
     The messages are ``system_prompt`` (if any), the ``history`` turns ((role, content)
     pairs) and the user turn: ``context`` then ``instruction``.
     """
-    content = f'{context.strip()}\n\n{instruction.strip()}' if context.strip() else \
-        instruction.strip()
-    messages = [{'role': 'system', 'content': system_prompt}] if system_prompt else []
-    messages += [{'role': role, 'content': text} for role, text in history]
-    messages.append({'role': 'user', 'content': content})
+    messages = chat_messages(instruction, context, system_prompt, history)
     with lock if lock is not None else nullcontext():
         if getattr(tokenizer, 'chat_template', None):
             ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True,

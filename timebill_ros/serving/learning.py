@@ -52,11 +52,16 @@ class Learning:
     def finished(self, pipeline, job, result: JobResult) -> tuple:
         """Learn from and count a finished goal; return (ETE estimate s, its error %)."""
         estimate, error = learn_timing(pipeline, job, result)
+        self.count(job, result, error if estimate else None)
+        return estimate, error
+
+    def count(self, job, result: JobResult, ete_error: float | None = None) -> None:
+        """Count a finished goal in the telemetry and the recent answer lengths."""
         with self._lock:
             self.telemetry.finished(GoalRecord(result.outcome, result.deadline_met,
                                                result.e2e_s, result.step_times))
-            if estimate:
-                self.telemetry.ete_error(error)
+            if ete_error is not None:
+                self.telemetry.ete_error(ete_error)
             if result.outcome == Outcome.REJECTED and not result.plan.feasible:
                 self.telemetry.deadline_rejection(result.plan.fit_probability)
             if result.prefill_s > 0.0:
@@ -71,7 +76,6 @@ class Learning:
                 self.typical_tokens += TYPICAL_WEIGHT * (result.tokens - self.typical_tokens)
                 if result.plan.predicted_tokens:
                     self.telemetry.length_error(result.plan.predicted_tokens, result.tokens)
-        return estimate, error
 
     def answer_ran(self, tokens: int, ended: bool, cap: int) -> None:
         """Count an answer of ``tokens`` that ended by itself or was cut short (``ended``)."""

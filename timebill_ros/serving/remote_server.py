@@ -1,0 +1,281 @@
+"""The serving core over vLLM replicas: the same facade as serving.server.Server.
+
+ROS-free. Admission validates a goal, counts its prompt tokens with the local tokenizer
+and asks the replica pool (serving.remote) for the earliest predicted finish: a goal no
+replica is predicted to answer in time is refused with that prediction. An accepted goal
+streams from the chosen replica on its own thread (the replicas schedule among
+themselves by the deadline priority), its tokens go out as feedback, and Kill closes the
+stream at the deadline. A replica that fails is left out for a while; the goal moves to
+another one when time is left. No local model is loaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import json
+import threading
+import time
+
+import httpx
+import jsonschema
+
+from timebill_ros.core.deadline import DeadlineClock
+from timebill_ros.core.execution import ended_before_start, JobResult, TokenEvent
+from timebill_ros.core.output import StopReason
+from timebill_ros.core.planning import Plan
+from timebill_ros.core.request import Mode, Outcome, Rejection, validate
+from timebill_ros.runtime.model import chat_messages, request_prompt_ids
+from timebill_ros.serving.jobs import Job, JobHooks
+from timebill_ros.serving.learning import Learning
+from timebill_ros.serving.remote import (
+    deadline_priority, RemoteAnswer, RemoteGoal, ReplicaPool, stream_goal)
+
+
+@dataclass(frozen=True)
+class RemoteModel:
+    """What the node reports of the model it serves through replicas."""
+
+    name: str
+    device: str = 'remote'
+    dtype: str = 'replica'
+    context_window: int = 4096
+
+
+class RemoteServer:
+    """Serve goals on a pool of `vllm serve` replicas (``config.vllm_endpoints``)."""
+
+    scheduler = 'replica priority (EDF)'
+
+    def __init__(self, config, tokenizer, log, on_finished=lambda *args: None):
+        """Hold the pool, the tokenizer that counts prompt tokens and the telemetry."""
+        self.config, self.tokenizer, self.log, self.on_finished = \
+            config, tokenizer, log, on_finished
+        urls = [u.strip() for u in config.vllm_endpoints.split(',') if u.strip()]
+        self.pool = ReplicaPool(urls)
+        self.client = httpx.Client(limits=httpx.Limits(max_connections=256))
+        self.learning = Learning(config.miss_window, 'replica')
+        self.lock = threading.Lock()
+        self.held: dict = {}
+        self.jobs: dict = {}
+        self.running: set = set()
+        self.closing = ''
+
+    # -- admission --------------------------------------------------------------------
+
+    def _plan(self, job: Job) -> Plan:
+        """Return the goal's plan on the pool now; raise Rejection when none fits."""
+        request, n_prompt = job.request, len(job.prompt_ids)
+        tokens = max(1, min(round(self.learning.typical_tokens), request.max_new_tokens))
+        left = job.clock.remaining()
+        replica, seconds = self.pool.choose(n_prompt, tokens, left)
+        if replica is None:
+            raise Rejection(f'no replica is predicted to answer in time: {seconds:.3f} s for '
+                            f'a {tokens}-token answer (the recent mean) with {left:.3f} s '
+                            'left')
+        return Plan(mode=Mode.NONE, prompt_tokens=n_prompt, predicted_tokens=tokens,
+                    est_wcet_s=seconds, feasible=True,
+                    note=f'replica {replica.url}: {seconds:.3f} s predicted')
+
+    def admit(self, spec, key: str, reserve: bool = True) -> Job:
+        """Validate and plan a goal; raise Rejection with the reason."""
+        request = validate(spec, self.config.limits())
+        clock = DeadlineClock.start(request.budget_s)
+        if request.mode not in (Mode.AUTO, Mode.NONE):
+            raise Rejection('replicas serve MODE_AUTO and MODE_NONE only (no local cuts)')
+        job = Job(key=key, request=request,
+                  prompt_ids=request_prompt_ids(self.tokenizer, request), clock=clock,
+                  plan=Plan())
+        job.plan = self._plan(job)
+        if reserve:
+            with self.lock:
+                if self.closing:
+                    raise Rejection(self.closing)
+                self.held[key] = job
+        return job
+
+    def dry_run(self, spec) -> Job:
+        """Return the job ``admit`` would accept now (the ~/plan service)."""
+        return self.admit(spec, 'plan-request', reserve=False)
+
+    def rejected(self, plan) -> None:
+        """Count a goal refused at admission."""
+        self.learning.rejected(plan)
+
+    # -- running ----------------------------------------------------------------------
+
+    def start(self, key: str, hooks: JobHooks) -> Job:
+        """Run an admitted goal on its own thread; it is kept until ``forget``."""
+        return self._launch(key, hooks, keep=True)
+
+    def submit(self, job: Job, hooks: JobHooks = JobHooks()) -> None:
+        """Run an admitted goal at once; it is dropped when it ends (topics)."""
+        self._launch(job.key, hooks, keep=False)
+
+    def _launch(self, key: str, hooks: JobHooks, keep: bool) -> Job:
+        with self.lock:
+            job = self.held.pop(key)
+            job.hooks, job.keep = hooks, keep
+            self.jobs[key] = job
+            self.running.add(key)
+        self.learning.accepted()
+        threading.Thread(target=self._run, args=(job,), daemon=True,
+                         name=f'timebill-remote-{key[:8]}').start()
+        return job
+
+    def _run(self, job: Job) -> None:
+        job.hooks.on_start()
+        try:
+            result = self._serve(job)
+        except Exception as exc:  # noqa: BLE001 - every goal gets a result with why
+            self.log.error(f'remote goal {job.key} failed: {exc!r}')
+            result = ended_before_start(job.clock, Outcome.FAILED,
+                                        f'internal error: {exc!r}', job.plan)
+        self._finish(job, result)
+
+    def _serve(self, job: Job) -> JobResult:
+        """Stream the goal from the best replica; move it once if that replica fails."""
+        started = job.clock.now()
+        tried = []
+        while True:
+            try:
+                job.plan = self._plan(job)
+            except Rejection as exc:
+                reason = exc.reason if not tried else f'{tried[-1]}; then: {exc.reason}'
+                return ended_before_start(job.clock, Outcome.REJECTED, reason, job.plan)
+            replica, _ = self.pool.choose(len(job.prompt_ids), job.plan.predicted_tokens,
+                                          job.clock.remaining())
+            answer = self._stream(job, replica)
+            if answer.ended != 'failed' or len(tried) >= 1 or answer.tokens:
+                return self._result(job, replica.url, answer, started)
+            tried.append(f'replica {replica.url} failed: {answer.error}')
+
+    def _stream(self, job: Job, replica) -> RemoteAnswer:
+        request, output = job.request, job.request.output
+        goal = RemoteGoal(messages=tuple(chat_messages(
+            request.instruction, request.context, output.system_prompt, output.history)),
+            max_tokens=request.max_new_tokens, stop=output.stop,
+            temperature=output.temperature, top_p=output.top_p if output.top_p < 1 else 0.0,
+            seed=output.seed, json_schema=output.json_schema, grammar=output.grammar)
+        index = [0]
+
+        def on_delta(text: str) -> None:
+            now = job.clock.now()
+            job.hooks.on_feedback(TokenEvent(index[0], -1, text, now),
+                                  job.clock.elapsed(now), job.clock.remaining(now), job.plan)
+            index[0] += 1
+        body = goal.body(self.config.vllm_model,
+                         deadline_priority(time.time() + job.clock.remaining()))
+        before = self.pool.started(replica)
+        answer = stream_goal(self.client, replica.url, body, job.clock.deadline, on_delta,
+                             lambda: bool(self.closing) or job.hooks.cancel_requested())
+        self.pool.ended(replica, answer, len(job.prompt_ids), before)
+        return answer
+
+    def _result(self, job: Job, url: str, answer: RemoteAnswer, started: float) -> JobResult:
+        """Turn a streamed answer into the goal's result (outcome, reason, timings)."""
+        clock, output = job.clock, job.request.output
+        end = min(answer.finished, clock.deadline) if answer.ended == 'killed' \
+            else answer.finished
+        met = answer.ended == 'completed' and end <= clock.deadline
+        spare = clock.deadline - end
+        if answer.ended == 'completed':
+            outcome = Outcome.COMPLETED
+            stop = StopReason.MAX_TOKENS if answer.finish_reason == 'length' \
+                else StopReason.END_OF_ANSWER
+            why = 'max_new_tokens reached' if stop == StopReason.MAX_TOKENS else 'end of answer'
+            reason = (f'completed in time ({why}, {spare:.3f} s to spare)' if met else
+                      f'completed {-spare:.3f} s after the deadline ({why})')
+        elif answer.ended == 'killed':
+            outcome, stop = Outcome.KILLED, StopReason.KILLED
+            reason = (f'killed at the deadline after {answer.tokens} tokens '
+                      f'({answer.finished - clock.deadline:.3f} s past it); text is partial')
+        elif answer.ended == 'canceled':
+            outcome, stop = Outcome.CANCELED, StopReason.CANCELED
+            reason = self.closing or f'canceled after {answer.tokens} tokens'
+        else:
+            outcome, stop = Outcome.FAILED, StopReason.FAILED
+            reason = f'replica {url} failed: {answer.error}'
+        ttft = answer.ttft_s if answer.tokens else 0.0
+        return JobResult(
+            outcome=outcome, deadline_met=met, reason=f'{reason} (replica {url})',
+            text=answer.text, tokens=answer.tokens, queue_s=clock.elapsed(started),
+            prefill_s=ttft, decode_s=max(0.0, answer.finished - answer.started - ttft),
+            e2e_s=clock.elapsed(answer.finished), step_times=tuple(answer.itl_s()),
+            plan=job.plan, stop_reason=stop, valid=conforms(output, answer, outcome))
+
+    def _finish(self, job: Job, result: JobResult) -> None:
+        self.learning.count(job, result)
+        try:
+            self.on_finished(job, result, job.plan.est_wcet_s, 0.0)
+        finally:
+            job.result = result
+            job.done.set()
+            with self.lock:
+                self.running.discard(job.key)
+                if not job.keep:
+                    self.jobs.pop(job.key, None)
+
+    # -- the rest of the facade ----------------------------------------------------------
+
+    def job(self, key: str) -> Job | None:
+        """Return a running or uncollected job."""
+        with self.lock:
+            return self.jobs.get(key)
+
+    def forget(self, key: str) -> None:
+        """Drop a finished job whose result was delivered."""
+        with self.lock:
+            self.jobs.pop(key, None)
+
+    def cancel(self, key: str) -> bool:
+        """Nothing waits here: a running goal sees its cancel at the next token."""
+        return False
+
+    def reconfigure(self, config) -> None:
+        """Put a new configuration (live parameters) in force for the next goals."""
+        self.config = config
+
+    def recalibrate(self, quick: bool):
+        """Refuse: a replica's timing is learned from its streams, not calibrated."""
+        raise RuntimeError('replicas are timed from their own streams; nothing to calibrate')
+
+    def status(self) -> tuple:
+        """Return (telemetry summary, facts for diagnostics)."""
+        with self.lock:
+            extra = {'queue_length': 0, 'executing': len(self.running),
+                     'scheduler': self.scheduler, 'planner': 'replica pool'}
+        for index, replica in enumerate(self.pool.replicas):
+            extra[f'replica_{index}'] = (
+                f'{replica.url} running {replica.running} '
+                f'itl {replica.timing.itl_s(replica.running):.3f} s'
+                + (f' down: {replica.last_error}' if replica.down_until > time.monotonic()
+                   else ''))
+        return self.learning.summary(), extra
+
+    def close(self, reason: str) -> int:
+        """Refuse new goals; the running ones stop at their next token."""
+        with self.lock:
+            self.closing = reason or 'the node is shutting down'
+        return 0
+
+    def settled(self) -> bool:
+        """Tell whether no goal runs or has a result left to collect."""
+        with self.lock:
+            return not (self.running or self.held or self.jobs)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Close the HTTP client."""
+        self.client.close()
+
+
+def conforms(output, answer: RemoteAnswer, outcome: Outcome) -> bool:
+    """Tell whether the text conforms to the goal's schema (free text: it ran)."""
+    if output.json_schema:
+        try:
+            jsonschema.validate(json.loads(answer.text), json.loads(output.json_schema))
+        except (ValueError, jsonschema.ValidationError):
+            return False
+        return True
+    if output.grammar:  # vLLM's matcher constrained every token; only a cut one is open
+        return outcome == Outcome.COMPLETED
+    return answer.tokens > 0
