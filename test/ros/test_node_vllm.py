@@ -8,6 +8,9 @@ replica that is down.
 import json
 import os
 from pathlib import Path
+import socket
+import threading
+import time
 
 import pytest
 
@@ -50,6 +53,80 @@ def node(rclpy_context, replica):
 client = client_fixture('/remote', 'test_vllm_client')
 
 
+class Relay:
+    """A TCP relay to the replica: a second endpoint that can die mid-answer (``drop``)."""
+
+    def __init__(self, target_port: int):
+        self.target = ('127.0.0.1', target_port)
+        self.server = socket.create_server(('127.0.0.1', 0))
+        self.url = f'http://127.0.0.1:{self.server.getsockname()[1]}'
+        self.sockets, self.lock = [], threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                near, _ = self.server.accept()
+            except OSError:
+                return
+            far = socket.create_connection(self.target)
+            with self.lock:
+                self.sockets += [near, far]
+            for a, b in ((near, far), (far, near)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source, sink):
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        for end in (source, sink):
+            try:
+                end.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def drop(self):
+        """Stop listening and reset every connection, as a replica that dies does."""
+        self.server.close()
+        with self.lock:
+            for sock in self.sockets:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)  # wakes the relay's readers too
+                    sock.close()
+                except OSError:
+                    pass
+
+
+@pytest.fixture(scope='module')
+def relay(replica):
+    return Relay(PORT)
+
+
+@pytest.fixture(scope='module')
+def pool_node(rclpy_context, relay):
+    proc = NodeProcess({'backend': 'vllm', 'vllm_endpoints': f'{relay.url},{replica_url()}',
+                        'model': 'embedded'}, namespace='/pool')
+    yield proc
+    proc.stop()
+
+
+def replica_url():
+    return f'http://127.0.0.1:{PORT}'
+
+
+@pytest.fixture(scope='module')
+def pool_client(pool_node):
+    from timebill_ros.tools.client import InstructClient
+    c = InstructClient('/pool/timebill/instruct', 'test_vllm_pool_client',
+                       '/pool/timebill/responses')
+    c.wait_for_server(30)
+    yield c
+    c.close()
+
+
 def test_a_goal_is_answered_by_the_replica_and_streamed(client):
     from timebill_ros.tools.client import make_goal
     run = client.ask(make_goal('What is the capital of France? Answer in one sentence.',
@@ -87,3 +164,39 @@ def test_a_goal_no_replica_can_answer_in_time_is_refused_with_the_prediction(cli
     run = client.ask(make_goal('Describe the route.', 0.05, max_new_tokens=64), 30)
     assert not run.accepted and 'no replica is predicted to answer in time' in \
         run.reject_reason
+
+
+def test_a_skip_next_goal_runs_late_and_the_next_goal_gives_its_turn_up(client):
+    from timebill_ros.action import Instruct
+    from timebill_ros.tools.client import make_goal
+    late = client.send(make_goal('Write a detailed essay about the history of robotics.',
+                                 3.0, max_new_tokens=120,
+                                 policy=Instruct.Goal.SKIP_NEXT))
+    time.sleep(4.0)  # past its deadline, still answering
+    skipped = client.ask(make_goal('Say yes.', 20.0, max_new_tokens=4), 60)
+    late = client.wait(late, 120)
+    assert late.accepted, late.reject_reason
+    assert late.result.outcome == Outcome.COMPLETED and not late.result.deadline_met
+    assert late.result.e2e_s > 3.0 and late.result.tokens > 0
+    assert skipped.result.outcome == Outcome.SKIPPED
+    assert 'overran its deadline (Skip-Next)' in skipped.result.reason
+
+
+def test_a_replica_that_dies_mid_answer_hands_the_goal_to_another(pool_client, relay):
+    """The relay endpoint is first in the list (ties go to it) and dies after 5 tokens."""
+    from timebill_ros.tools.client import make_goal
+    seen = threading.Event()
+    run = pool_client.send(make_goal('List ten safety rules for a warehouse robot.', 60.0,
+                                     max_new_tokens=80),
+                           on_feedback=lambda f: seen.set() if f.token_index >= 4 else None)
+    assert seen.wait(60)
+    relay.drop()
+    run = pool_client.wait(run, 120)
+    result = run.result
+    assert result.outcome == Outcome.COMPLETED and result.deadline_met, result.reason
+    assert f'moved after: replica {relay.url} failed after' in result.reason
+    assert f'(replica {replica_url()}' in result.reason
+    assert run.streamed_text == result.text and result.tokens == len(run.feedback)
+    # The relay stays down: the next goal goes to the replica at once.
+    after = pool_client.ask(make_goal('Say yes.', 20.0, max_new_tokens=4), 60)
+    assert after.result.outcome == Outcome.COMPLETED

@@ -1,13 +1,13 @@
 """The vLLM replica client: request bodies, the online timing model, routing (pure parts).
 
-The streaming itself is exercised against a real `vllm serve` by
-timebill_ros.cli.bench_vllm (results/vllm); the node does not use this backend yet.
+The streaming itself runs against a real `vllm serve` in test/ros/test_node_vllm.py and
+timebill_ros.cli.bench_vllm (results/vllm).
 """
 
 import json
 
 from timebill_ros.serving.remote import (
-    deadline_priority, RemoteAnswer, RemoteGoal, ReplicaPool, ReplicaTiming)
+    deadline_priority, joined, RemoteAnswer, RemoteGoal, ReplicaPool, ReplicaTiming)
 
 
 def test_the_body_carries_the_cap_the_priority_and_the_answer_form():
@@ -58,3 +58,18 @@ def test_the_pool_routes_to_the_earliest_finish_and_leaves_failed_replicas_out()
     assert pool.choose(50, 10, left_s=5.0)[0] is slow  # down for a while
     now[0] = 11.0
     assert pool.choose(50, 10, left_s=5.0)[0] is fast
+
+
+def test_a_moved_goal_asks_the_next_replica_to_continue_its_answer():
+    goal = RemoteGoal(messages=({'role': 'user', 'content': 'Go.'},), max_tokens=8,
+                      prefix='Turning left')
+    body = goal.body('m', 1)
+    assert body['messages'][-1] == {'role': 'assistant', 'content': 'Turning left'}
+    assert body['continue_final_message'] and not body['add_generation_prompt']
+    first = RemoteAnswer(text='Turning', tokens=1, ttft_s=0.3, token_times=[10.3],
+                         started=10.0, ended='failed')
+    rest = RemoteAnswer(text=' left', tokens=1, ttft_s=0.2, token_times=[11.2],
+                        started=11.0, finished=11.3)
+    both = joined(first, rest)
+    assert both.text == 'Turning left' and both.tokens == 2 and both.ended == 'completed'
+    assert both.started == 10.0 and both.ttft_s == 0.3 and both.itl_s() == [11.2 - 10.3]

@@ -320,6 +320,8 @@ def build_remote(node, config: NodeConfig, gate=lambda: '') -> Interfaces:
     log = node.get_logger()
     tokenizer, name = load_tokenizer(config.model)  # counts prompt tokens, nothing more
     server = RemoteServer(config, tokenizer, log)
+    if config.warm_up:
+        server.warm_up()
     loaded = RemoteModel(name=f'{name} on {config.vllm_endpoints}')
     interfaces = Interfaces(node, config, loaded, server, gate)
     log.info(f'ready: vLLM replicas {config.vllm_endpoints} (model {config.vllm_model}), '

@@ -24,6 +24,7 @@ from typing import Callable
 
 import httpx
 import numpy as np
+from scipy.optimize import nnls
 
 # Until a replica has shown this many streams, its timing model is the prior below.
 MIN_SAMPLES = 3
@@ -44,12 +45,17 @@ class RemoteGoal:
     seed: int = 0
     json_schema: str = ''
     grammar: str = ''
+    # The answer so far, when a goal moves to another replica: that replica continues it.
+    prefix: str = ''
 
     def body(self, model: str, priority: int) -> dict:
         """Return the /v1/chat/completions request body."""
         body = {'model': model, 'messages': list(self.messages), 'stream': True,
                 'stream_options': {'include_usage': True}, 'max_tokens': self.max_tokens,
                 'temperature': self.temperature, 'priority': priority}
+        if self.prefix:  # vLLM continues the last (assistant) message instead of a new one
+            body['messages'].append({'role': 'assistant', 'content': self.prefix})
+            body.update(add_generation_prompt=False, continue_final_message=True)
         if self.top_p > 0.0:
             body['top_p'] = self.top_p
         if self.seed:
@@ -82,6 +88,14 @@ class RemoteAnswer:
         """Return the inter-token latencies the stream showed."""
         times = self.token_times
         return [b - a for a, b in zip(times, times[1:])]
+
+
+def joined(first: RemoteAnswer, rest: RemoteAnswer) -> RemoteAnswer:
+    """Return one answer of ``first`` continued by ``rest`` (a goal moved to a replica)."""
+    return replace(rest, text=first.text + rest.text, tokens=first.tokens + rest.tokens,
+                   ttft_s=first.ttft_s if first.tokens else rest.ttft_s + rest.started
+                   - first.started, token_times=first.token_times + rest.token_times,
+                   started=first.started, prompt_tokens=first.prompt_tokens)
 
 
 def stream_goal(client: httpx.Client, url: str, body: dict, deadline: float,
@@ -158,6 +172,10 @@ class _Stream:
                 if self.stopped:
                     return
                 self._take(event)
+        with self.lock:  # no [DONE]: the replica went away mid-answer
+            if not self.stopped:
+                answer.ended = 'failed'
+                answer.error = 'the stream ended before the answer did (replica gone?)'
 
     def _take(self, event: dict) -> None:
         answer = self.answer
@@ -212,14 +230,14 @@ class ReplicaTiming:
             self._refit()
 
     def _refit(self) -> None:
+        # Non-negative least squares: a term the samples do not vary (e.g. nothing ran
+        # beside) stays at 0 instead of taking an arbitrary share.
         if len(self._ttft) >= MIN_SAMPLES:
             rows = np.array([[1.0, n, r] for n, r, _ in self._ttft])
-            coef, *_ = np.linalg.lstsq(rows, np.array([t for *_, t in self._ttft]), rcond=None)
-            self.ttft_coef = np.maximum(coef, 0.0)
+            self.ttft_coef, _ = nnls(rows, np.array([t for *_, t in self._ttft]))
         if len(self._itl) >= MIN_SAMPLES:
             rows = np.array([[1.0, r] for r, _ in self._itl])
-            coef, *_ = np.linalg.lstsq(rows, np.array([t for _, t in self._itl]), rcond=None)
-            self.itl_coef = np.maximum(coef, 0.0)
+            self.itl_coef, _ = nnls(rows, np.array([t for _, t in self._itl]))
 
     def ttft_s(self, prompt_tokens: int, running: int) -> float:
         """Return the predicted time to the first token."""
@@ -234,6 +252,13 @@ class ReplicaTiming:
     def finish_s(self, prompt_tokens: int, tokens: int, running: int) -> float:
         """Return the predicted time of a whole answer of ``tokens`` tokens."""
         return self.ttft_s(prompt_tokens, running) + max(0, tokens - 1) * self.itl_s(running)
+
+    def tokens_within(self, prompt_tokens: int, running: int, seconds: float) -> int:
+        """Return how many answer tokens are predicted to arrive within ``seconds``."""
+        after_first = seconds - self.ttft_s(prompt_tokens, running)
+        if after_first < 0.0:
+            return 0
+        return 1 + int(after_first / max(self.itl_s(running), 1e-6))
 
 
 @dataclass
@@ -261,15 +286,35 @@ class ReplicaPool:
 
         None when no replica that is up is predicted to finish within ``left_s``.
         """
+        replica, best = self.earliest(prompt_tokens, tokens)
+        return (replica, best) if best <= left_s else (None, best)
+
+    def earliest(self, prompt_tokens: int, tokens: int) -> tuple:
+        """Return (replica, predicted seconds) of the earliest finish among those up.
+
+        (None, inf) when every replica is down.
+        """
         now = self.clock()
         with self._lock:
-            up = [r for r in self.replicas if r.down_until <= now]
-            timed = sorted(((r.timing.finish_s(prompt_tokens, tokens, r.running + 1), i, r)
-                            for i, r in enumerate(up)), key=lambda entry: entry[:2])
+            timed = [(r.timing.finish_s(prompt_tokens, tokens, r.running + 1), i, r)
+                     for i, r in enumerate(self.replicas) if r.down_until <= now]
         if not timed:
             return None, float('inf')
-        best, _, replica = timed[0]
-        return (replica, best) if best <= left_s else (None, best)
+        seconds, _, replica = min(timed, key=lambda entry: entry[:2])
+        return replica, seconds
+
+    def down_reasons(self) -> str:
+        """Return why the replicas that are down are down, in one line."""
+        now = self.clock()
+        with self._lock:
+            return '; '.join(f'{r.url}: {r.last_error}' for r in self.replicas
+                             if r.down_until > now) or 'none down'
+
+    def mark_down(self, replica: Replica, why: str) -> None:
+        """Leave ``replica`` out of routing for ``DOWN_FOR_S``."""
+        with self._lock:
+            replica.down_until = self.clock() + DOWN_FOR_S
+            replica.last_error = why
 
     def started(self, replica: Replica) -> int:
         """Count a goal in flight on ``replica``; return how many were running before."""
@@ -282,10 +327,9 @@ class ReplicaPool:
         """Take a goal off ``replica``: learn its timing, or mark the replica down."""
         with self._lock:
             replica.running -= 1
-            if answer.ended == 'failed':
-                replica.down_until = self.clock() + DOWN_FOR_S
-                replica.last_error = answer.error
-        if answer.ended != 'failed':
+        if answer.ended == 'failed':
+            self.mark_down(replica, answer.error)
+        else:
             replica.timing.observe(prompt_tokens, running_before, answer)
 
 

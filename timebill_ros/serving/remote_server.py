@@ -23,12 +23,13 @@ from timebill_ros.core.deadline import DeadlineClock
 from timebill_ros.core.execution import ended_before_start, JobResult, TokenEvent
 from timebill_ros.core.output import StopReason
 from timebill_ros.core.planning import Plan
-from timebill_ros.core.request import Mode, Outcome, Rejection, validate
+from timebill_ros.core.request import Mode, Outcome, OverrunPolicy, Rejection, validate
 from timebill_ros.runtime.model import chat_messages, request_prompt_ids
 from timebill_ros.serving.jobs import Job, JobHooks
 from timebill_ros.serving.learning import Learning
 from timebill_ros.serving.remote import (
-    deadline_priority, RemoteAnswer, RemoteGoal, ReplicaPool, stream_goal)
+    deadline_priority, joined, RemoteAnswer, RemoteGoal, ReplicaPool, stream_goal)
+from timebill_ros.serving.remote_admission import plan_on_pool
 
 
 @dataclass(frozen=True)
@@ -56,25 +57,35 @@ class RemoteServer:
         self.learning = Learning(config.miss_window, 'replica')
         self.lock = threading.Lock()
         self.held: dict = {}
+        self.routes: dict = {}  # key -> the replica admission chose
+        self.overran: set = set()  # Skip-Next goals past their deadline, not yet charged
         self.jobs: dict = {}
         self.running: set = set()
         self.closing = ''
 
+    def warm_up(self, timeout_s: float = 20.0) -> None:
+        """Send each replica a two-token request: its first one is slow, and a dead one shows.
+
+        Not learned from (a first request is no sample of the steady state); a replica that
+        fails is left out for a while, as in serving.
+        """
+        body = RemoteGoal(messages=({'role': 'user', 'content': 'Say hi.'},),
+                          max_tokens=2).body(self.config.vllm_model, 0)
+        for replica in self.pool.replicas:
+            answer = stream_goal(self.client, replica.url, body, time.monotonic() + timeout_s)
+            if answer.ended != 'completed':
+                self.pool.mark_down(replica, answer.error or f'no answer in {timeout_s:g} s')
+            self.log.info(f'replica {replica.url}: warm-up {answer.ended} in '
+                          f'{answer.finished - answer.started:.2f} s {answer.error}'.rstrip())
+
     # -- admission --------------------------------------------------------------------
 
-    def _plan(self, job: Job) -> Plan:
-        """Return the goal's plan on the pool now; raise Rejection when none fits."""
-        request, n_prompt = job.request, len(job.prompt_ids)
-        tokens = max(1, min(round(self.learning.typical_tokens), request.max_new_tokens))
-        left = job.clock.remaining()
-        replica, seconds = self.pool.choose(n_prompt, tokens, left)
-        if replica is None:
-            raise Rejection(f'no replica is predicted to answer in time: {seconds:.3f} s for '
-                            f'a {tokens}-token answer (the recent mean) with {left:.3f} s '
-                            'left')
-        return Plan(mode=Mode.NONE, prompt_tokens=n_prompt, predicted_tokens=tokens,
-                    est_wcet_s=seconds, feasible=True,
-                    note=f'replica {replica.url}: {seconds:.3f} s predicted')
+    def _plan(self, job: Job, done_tokens: int = 0) -> tuple:
+        """Return (replica, plan) for the goal's tokens left now; raise Rejection."""
+        return plan_on_pool(self.pool, self.learning.recent_lengths(None),
+                            self.learning.typical_tokens, len(job.prompt_ids) + done_tokens,
+                            job.request.max_new_tokens - done_tokens, job.clock.remaining(),
+                            self.config)
 
     def admit(self, spec, key: str, reserve: bool = True) -> Job:
         """Validate and plan a goal; raise Rejection with the reason."""
@@ -85,12 +96,13 @@ class RemoteServer:
         job = Job(key=key, request=request,
                   prompt_ids=request_prompt_ids(self.tokenizer, request), clock=clock,
                   plan=Plan())
-        job.plan = self._plan(job)
+        replica, job.plan = self._plan(job)
         if reserve:
             with self.lock:
                 if self.closing:
                     raise Rejection(self.closing)
                 self.held[key] = job
+                self.routes[key] = replica
         return job
 
     def dry_run(self, spec) -> Job:
@@ -117,46 +129,69 @@ class RemoteServer:
             job.hooks, job.keep = hooks, keep
             self.jobs[key] = job
             self.running.add(key)
+            replica = self.routes.pop(key)
+            skip = self._charge_overrun()
         self.learning.accepted()
-        threading.Thread(target=self._run, args=(job,), daemon=True,
+        threading.Thread(target=self._run, args=(job, replica, skip), daemon=True,
                          name=f'timebill-remote-{key[:8]}').start()
         return job
 
-    def _run(self, job: Job) -> None:
+    def _charge_overrun(self) -> str:
+        """Return why the goal starting now is skipped ('' to run it); under self.lock.
+
+        Skip-Next on a replica: a goal past its deadline runs on, and the next goal that
+        starts while it does gives its turn up, as the next job does in TimeBill.
+        """
+        for key in list(self.overran):
+            self.overran.discard(key)
+            if key in self.running:
+                return f'skipped: previous goal {key[:8]} overran its deadline (Skip-Next)'
+        return ''
+
+    def _run(self, job: Job, replica, skip: str) -> None:
         job.hooks.on_start()
         try:
-            result = self._serve(job)
+            result = (ended_before_start(job.clock, Outcome.SKIPPED, skip, job.plan) if skip
+                      else self._serve(job, replica))
         except Exception as exc:  # noqa: BLE001 - every goal gets a result with why
             self.log.error(f'remote goal {job.key} failed: {exc!r}')
             result = ended_before_start(job.clock, Outcome.FAILED,
                                         f'internal error: {exc!r}', job.plan)
         self._finish(job, result)
 
-    def _serve(self, job: Job) -> JobResult:
-        """Stream the goal from the best replica; move it once if that replica fails."""
-        started = job.clock.now()
-        tried = []
+    def _serve(self, job: Job, replica) -> JobResult:
+        """Stream the goal; when its replica fails, continue it on another one in time."""
+        started, answer, failures = job.clock.now(), RemoteAnswer(), []
         while True:
+            part = self._stream(job, replica, answer)
+            answer = joined(answer, part) if answer.tokens else part
+            if part.ended != 'failed':
+                return self._result(job, replica.url, answer, started, failures)
+            failures.append(f'replica {replica.url} failed after {answer.tokens} tokens: '
+                            f'{part.error}')
+            structured = job.request.output.json_schema or job.request.output.grammar
             try:
-                job.plan = self._plan(job)
+                if answer.tokens and structured:
+                    raise Rejection('a structured answer cannot be continued elsewhere')
+                replica, job.plan = self._plan(job, answer.tokens)
             except Rejection as exc:
-                reason = exc.reason if not tried else f'{tried[-1]}; then: {exc.reason}'
-                return ended_before_start(job.clock, Outcome.REJECTED, reason, job.plan)
-            replica, _ = self.pool.choose(len(job.prompt_ids), job.plan.predicted_tokens,
-                                          job.clock.remaining())
-            answer = self._stream(job, replica)
-            if answer.ended != 'failed' or len(tried) >= 1 or answer.tokens:
-                return self._result(job, replica.url, answer, started)
-            tried.append(f'replica {replica.url} failed: {answer.error}')
+                why = '; '.join(failures) + f'; not moved: {exc.reason}'
+                if not answer.tokens:  # nothing ran: refused, with why
+                    return ended_before_start(job.clock, Outcome.REJECTED, why, job.plan)
+                answer.error = why
+                return self._result(job, replica.url, answer, started, [])
+            self.log.warning(f'goal {job.key[:8]}: {failures[-1]}; moved to {replica.url}')
 
-    def _stream(self, job: Job, replica) -> RemoteAnswer:
+    def _stream(self, job: Job, replica, before: RemoteAnswer) -> RemoteAnswer:
+        """Stream (the rest of) the goal from ``replica``, its tokens sent as feedback."""
         request, output = job.request, job.request.output
         goal = RemoteGoal(messages=tuple(chat_messages(
             request.instruction, request.context, output.system_prompt, output.history)),
-            max_tokens=request.max_new_tokens, stop=output.stop,
+            max_tokens=request.max_new_tokens - before.tokens, stop=output.stop,
             temperature=output.temperature, top_p=output.top_p if output.top_p < 1 else 0.0,
-            seed=output.seed, json_schema=output.json_schema, grammar=output.grammar)
-        index = [0]
+            seed=output.seed, json_schema=output.json_schema, grammar=output.grammar,
+            prefix=before.text)
+        index = [before.tokens]
 
         def on_delta(text: str) -> None:
             now = job.clock.now()
@@ -165,13 +200,28 @@ class RemoteServer:
             index[0] += 1
         body = goal.body(self.config.vllm_model,
                          deadline_priority(time.time() + job.clock.remaining()))
-        before = self.pool.started(replica)
-        answer = stream_goal(self.client, replica.url, body, job.clock.deadline, on_delta,
-                             lambda: bool(self.closing) or job.hooks.cancel_requested())
-        self.pool.ended(replica, answer, len(job.prompt_ids), before)
+        # Skip-Next lets a goal run past its deadline (to its own end, or the largest budget).
+        skip_next = request.policy == OverrunPolicy.SKIP_NEXT
+        until = job.clock.deadline + (self.config.max_budget_s if skip_next else 0.0)
+        running_before = self.pool.started(replica)
+        watch = threading.Timer(max(0.0, job.clock.remaining()), self._overran, (job.key,))
+        if skip_next:
+            watch.start()
+        try:
+            answer = stream_goal(self.client, replica.url, body, until, on_delta,
+                                 lambda: bool(self.closing) or job.hooks.cancel_requested())
+        finally:
+            watch.cancel()
+        self.pool.ended(replica, answer, len(job.prompt_ids) + before.tokens, running_before)
         return answer
 
-    def _result(self, job: Job, url: str, answer: RemoteAnswer, started: float) -> JobResult:
+    def _overran(self, key: str) -> None:
+        with self.lock:
+            if key in self.running:
+                self.overran.add(key)
+
+    def _result(self, job: Job, url: str, answer: RemoteAnswer, started: float,
+                moves: list) -> JobResult:
         """Turn a streamed answer into the goal's result (outcome, reason, timings)."""
         clock, output = job.clock, job.request.output
         end = min(answer.finished, clock.deadline) if answer.ended == 'killed' \
@@ -194,10 +244,12 @@ class RemoteServer:
             reason = self.closing or f'canceled after {answer.tokens} tokens'
         else:
             outcome, stop = Outcome.FAILED, StopReason.FAILED
-            reason = f'replica {url} failed: {answer.error}'
+            reason = answer.error if answer.error.startswith('replica ') \
+                else f'replica {url} failed: {answer.error}'
         ttft = answer.ttft_s if answer.tokens else 0.0
+        moved = ''.join(f'; moved after: {why}' for why in moves)
         return JobResult(
-            outcome=outcome, deadline_met=met, reason=f'{reason} (replica {url})',
+            outcome=outcome, deadline_met=met, reason=f'{reason} (replica {url}{moved})',
             text=answer.text, tokens=answer.tokens, queue_s=clock.elapsed(started),
             prefill_s=ttft, decode_s=max(0.0, answer.finished - answer.started - ttft),
             e2e_s=clock.elapsed(answer.finished), step_times=tuple(answer.itl_s()),
@@ -212,6 +264,7 @@ class RemoteServer:
             job.done.set()
             with self.lock:
                 self.running.discard(job.key)
+                self.overran.discard(job.key)
                 if not job.keep:
                     self.jobs.pop(job.key, None)
 
