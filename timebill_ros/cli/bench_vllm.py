@@ -28,13 +28,21 @@ import time
 from timebill_ros.cli import common
 
 
-def start_replica(python: str, model_dir: Path, port: int, log: Path) -> subprocess.Popen:
-    """Start ``vllm`` serving ``model_dir`` on ``port`` (CPU, bf16, priority scheduling)."""
+def start_replica(python: str, model_dir: Path, port: int, log: Path, dtype: str = 'float32',
+                  cpus: str = '') -> subprocess.Popen:
+    """Start ``vllm`` serving ``model_dir`` on ``port`` (CPU, priority scheduling).
+
+    float32 by default: on CPUs without native bf16 (AVX2 only, as here) vLLM's bf16
+    prefill is several times slower. ``cpus``: the cores its threads are bound to
+    (vLLM's VLLM_CPU_OMP_THREADS_BIND; '' = vLLM's choice).
+    """
     args = [python, '-m', 'vllm.entrypoints.openai.api_server', '--model', str(model_dir),
-            '--served-model-name', 'smollm2', '--dtype', 'bfloat16', '--enforce-eager',
+            '--served-model-name', 'smollm2', '--dtype', dtype, '--enforce-eager',
             '--max-model-len', '4096', '--max-num-seqs', '8', '--scheduling-policy',
             'priority', '--port', str(port)]
     env = {**os.environ, 'VLLM_CPU_KVCACHE_SPACE': '1'}
+    if cpus:
+        env['VLLM_CPU_OMP_THREADS_BIND'] = cpus
     return subprocess.Popen(args, stdout=open(log, 'w'), stderr=subprocess.STDOUT, env=env)
 
 
@@ -95,7 +103,8 @@ def markdown(report: dict) -> str:
     lines = ['# One vLLM replica driven with deadlines (serving/remote.py)', '',
              f"Command: `{report['command']}`  ", f"Commit: {report['commit']}  ",
              f"Date: {report['date']}  ", f"Machine: {report['machine']}  ",
-             f"vLLM: {report['vllm']}, bf16, --enforce-eager, priority scheduling; "
+             f"vLLM: {report['vllm']}, {report.get('dtype', 'bfloat16')}, --enforce-eager, "
+             "priority scheduling; "
              f"healthy after {report['start_s']:.0f} s", '',
              f"Held-out robot commands: {len(alone)}; max_tokens {report['max_tokens']}.", '',
              '| measure | median | p90 | max |', '|---|---|---|---|']
@@ -128,6 +137,8 @@ def main(argv=None) -> int:
     parser.add_argument('--tight', type=float, default=0.6)
     parser.add_argument('--burst', type=int, default=8)
     parser.add_argument('--port', type=int, default=8011)
+    parser.add_argument('--dtype', default='bfloat16', help="replica dtype (results/vllm/"
+                        "one_replica_16 ran bfloat16; float32 is faster on AVX2-only CPUs)")
     args = parser.parse_args(argv)
     out = common.claim_out(args.out, 'vllm')
     import httpx
@@ -137,12 +148,13 @@ def main(argv=None) -> int:
     from timebill_ros.serving.remote import ReplicaTiming
     model_dir = export_for_vllm(embedded_dir(), cache_root() / 'models' / 'smollm2-vllm')
     url = f'http://127.0.0.1:{args.port}'
-    proc = start_replica(args.vllm_python, model_dir, args.port, out / 'vllm.log')
+    proc = start_replica(args.vllm_python, model_dir, args.port, out / 'vllm.log',
+                         args.dtype)
     client = httpx.Client()
     report = {'command': ' '.join(['python -m timebill_ros.cli.bench_vllm', *sys.argv[1:]]),
               'commit': common.commit(), 'machine': common.machine(),
               'date': datetime.now(timezone.utc).isoformat(timespec='seconds'),
-              'max_tokens': args.max_tokens, 'tight_factor': args.tight,
+              'max_tokens': args.max_tokens, 'tight_factor': args.tight, 'dtype': args.dtype,
               'vllm': subprocess.run([args.vllm_python, '-c',
                                       'import vllm; print(vllm.__version__)'],
                                      capture_output=True, text=True).stdout.strip()}
