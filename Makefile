@@ -6,6 +6,8 @@
 #   make lint    flake8 + pydocstyle (pep257, ament style)
 #   make node    run the node in the foreground with config/timebill.yaml
 #   make demo    python -m timebill_ros.cli.demo
+#   make fleet-demo  a real vllm serve replica + the node (backend vllm) + goals with deadlines
+#   make bench-fleet  robot workload on 1 and 2 vLLM replicas: node vs plain client (results/fleet-<UTC time>)
 #   make bench   TimeBill evaluation (timebill_bench; BENCH_ARGS=--quick for a short run)
 #   make bench-overhead   node overhead vs a bare decode loop
 #   make bench-robot      robot workload through the node (results/robot-<UTC time>)
@@ -42,7 +44,7 @@ existing = $(patsubst $(ROOT)/%,%,$(wildcard $(addprefix $(ROOT)/,$(1))))
 LINT_PATHS = $(call existing,timebill_ros test scripts/timebill_node scripts/ete_in_node.py launch setup.py)
 DOC_PATHS = $(call existing,timebill_ros test scripts/ete_in_node.py)
 
-.PHONY: venv build test lint node demo bench bench-overhead bench-robot \
+.PHONY: venv build test lint node demo fleet-demo bench-fleet bench bench-overhead bench-robot \
         bench-longcontext bench-sched bench-batch measure-cuts measure-precision \
         bench-precision bench-weight-formats bench-burst soak device-check schema clean
 
@@ -81,6 +83,17 @@ node: build
 
 demo: build
 	$(ENV) && exec python -m timebill_ros.cli.demo
+
+VLLM_PYTHON ?= $(ROOT)/.venv-vllm/bin/python
+
+$(VLLM_PYTHON):
+	"$(ROOT)/scripts/vllm_venv.sh"
+
+fleet-demo: build $(VLLM_PYTHON)
+	$(ENV) && exec python -m timebill_ros.cli.fleet_demo --vllm-python "$(VLLM_PYTHON)"
+
+bench-fleet: build $(VLLM_PYTHON)
+	$(ENV) && exec python -m timebill_ros.cli.bench_fleet --vllm-python "$(VLLM_PYTHON)" $(BENCH_ARGS)
 
 bench: build
 	$(ENV) && exec python -m timebill_ros.cli.bench_timebill $(BENCH_ARGS)

@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 import itertools
 import random
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -186,7 +187,11 @@ class Pool:
             if proc.poll() is None:
                 proc.terminate()
         for proc in self.procs:
-            proc.wait(60)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:  # a busy replica can take long to drain
+                proc.kill()
+                proc.wait(20)
 
 
 def capacity(plain: Plain, items: list) -> float:
@@ -197,7 +202,8 @@ def capacity(plain: Plain, items: list) -> float:
     return sum(r['outcome'] == 'COMPLETED' for r in records) / (time.monotonic() - start)
 
 
-def run_pool(args, model_dir, count: int, held, train, out, log, schedules: dict) -> tuple:
+def run_pool(args, model_dir, count: int, held, train, out, log, schedules: dict,
+             keep=lambda cell: None) -> tuple:
     """Run one pool's cells (node and plain client at each load); return (cells, capacity)."""
     from timebill_ros.tools.process import NodeProcess
     pool, cells = Pool(args, model_dir, count, out, log), []
@@ -221,6 +227,7 @@ def run_pool(args, model_dir, count: int, held, train, out, log, schedules: dict
                 replay(arrivals, system.send)
                 cells.append({'replicas': count, 'load': load, 'system': name,
                               'rate': load * rate, **cell(system.take())})
+                keep(cells[-1])
                 log(f"{count} x {load}: {name} met {cells[-1]['met']}/{args.goals}, "
                     f"refused {cells[-1]['refused']}, lost {cells[-1]['lost']}")
                 time.sleep(3.0)
@@ -230,6 +237,7 @@ def run_pool(args, model_dir, count: int, held, train, out, log, schedules: dict
             replay(arrivals, through.send)
             cells.append({'replicas': count, 'load': 1.0, 'system': 'node, replica 0 killed',
                           'rate': rate, **cell(through.take())})
+            keep(cells[-1])
             log(f"replica killed: met {cells[-1]['met']}, lost {cells[-1]['lost']}")
     finally:
         if through is not None:
@@ -295,7 +303,6 @@ def main(argv=None) -> int:
     parser.add_argument('--no-local', action='store_true', help='skip the local engine')
     args = parser.parse_args(argv)
     out = common.claim_out(args.out, 'fleet')
-    import subprocess
     from timebill_ros.evaluation import robot_workload
     from timebill_ros.runtime.export_vllm import export_for_vllm
     from timebill_ros.runtime.model import cache_root, embedded_dir
@@ -313,9 +320,12 @@ def main(argv=None) -> int:
                                       'import vllm; print(vllm.__version__)'],
                                      capture_output=True, text=True).stdout.strip()}
     schedules: dict = {}
+
+    def keep(cell):  # written after every cell, so a crash keeps what ran
+        report['cells'].append(cell)
+        common.write_outputs(out, report, markdown, lambda report, out: None)
     for count in args.replicas:
-        cells, rate = run_pool(args, model_dir, count, held, train, out, log, schedules)
-        report['cells'] += cells
+        _, rate = run_pool(args, model_dir, count, held, train, out, log, schedules, keep)
         report['capacity'][count] = round(rate, 3)
         common.write_outputs(out, report, markdown, lambda report, out: None)
     if not args.no_local:
