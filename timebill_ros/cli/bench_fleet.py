@@ -38,6 +38,7 @@ from timebill_ros.cli import common
 BUDGETS = (3.0, 5.0, 10.0)
 LOADS = (0.5, 1.0, 1.5, 2.0)
 BASE_PORT = 8031
+REPLICA_ARGS = '--no-enable-prefix-caching --max-num-batched-tokens 512'
 
 
 def schedule(items: list, goals: int, rate: float, budgets: tuple, seed: int) -> list:
@@ -171,7 +172,8 @@ class Pool:
         binds = [''] if count == 1 else [str(i % 2) for i in range(count)]
         self.urls = [f'http://127.0.0.1:{BASE_PORT + i}' for i in range(count)]
         self.procs = [start_replica(args.vllm_python, model_dir, BASE_PORT + i,
-                                    out / f'vllm_{count}_{i}.log', args.dtype, binds[i])
+                                    out / f'vllm_{count}_{i}.log', args.dtype, binds[i],
+                                    tuple(args.replica_args.split()))
                       for i in range(count)]
         with httpx.Client() as client:
             for url, proc in zip(self.urls, self.procs):
@@ -219,11 +221,12 @@ def run_pool(args, model_dir, count: int, held, train, out, log, schedules: dict
         log(f'{count} replica(s): capacity {rate:.3f} goals/s')
         replay(schedule(train, 8, 0.5 * rate, args.budgets, args.seed), through.send)
         through.take()  # the node's first look at the replicas' timing: not counted
-        for load in args.loads:
+        for index, load in enumerate(args.loads):
             arrivals = schedule(held, args.goals, load * rate, args.budgets,
                                 args.seed + int(100 * load))
             schedules.setdefault(count, {})[load] = arrivals
-            for name, system in (('node', through), ('plain', plain)):
+            systems = (('node', through), ('plain', plain))
+            for name, system in systems[::-1] if index % 2 else systems:  # who goes first
                 replay(arrivals, system.send)
                 cells.append({'replicas': count, 'load': load, 'system': name,
                               'rate': load * rate, **cell(system.take())})
@@ -270,7 +273,8 @@ def markdown(report: dict) -> str:
     lines = ['# The robot workload on vLLM replicas: through the node vs a plain client', '',
              f"Command: `{report['command']}`  ", f"Commit: {report['commit']}  ",
              f"Date: {report['date']}  ", f"Machine: {report['machine']}  ",
-             f"vLLM {report['vllm']}, {report['dtype']}; {report['goals']} held-out robot "
+             f"vLLM {report['vllm']}, {report['dtype']}, `{report['replica_args']}`; "
+             f"{report['goals']} held-out robot "
              f"commands per cell, budgets {report['budgets']} s, max_tokens "
              f"{report['max_tokens']}; capacity (goals/s): {report['capacity']}.", '',
              '| replicas | load | system | met | refused | killed | failed | lost | '
@@ -300,6 +304,10 @@ def main(argv=None) -> int:
     parser.add_argument('--max-tokens', type=int, default=64)
     parser.add_argument('--dtype', default='float32')
     parser.add_argument('--seed', type=int, default=31)
+    parser.add_argument('--replica-args', default=REPLICA_ARGS,
+                        help='more vllm serve flags (default: no prefix cache, so the second '
+                        'system of a cell does not find the first one\'s prompts cached; '
+                        'prefill in 512-token chunks, so decode steps interleave)')
     parser.add_argument('--no-local', action='store_true', help='skip the local engine')
     args = parser.parse_args(argv)
     out = common.claim_out(args.out, 'fleet')
@@ -316,6 +324,7 @@ def main(argv=None) -> int:
               'date': datetime.now(timezone.utc).isoformat(timespec='seconds'),
               'goals': args.goals, 'budgets': list(args.budgets), 'dtype': args.dtype,
               'max_tokens': args.max_tokens, 'capacity': {}, 'cells': [],
+              'replica_args': args.replica_args,
               'vllm': subprocess.run([args.vllm_python, '-c',
                                       'import vllm; print(vllm.__version__)'],
                                      capture_output=True, text=True).stdout.strip()}

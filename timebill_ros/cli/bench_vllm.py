@@ -29,17 +29,17 @@ from timebill_ros.cli import common
 
 
 def start_replica(python: str, model_dir: Path, port: int, log: Path, dtype: str = 'float32',
-                  cpus: str = '') -> subprocess.Popen:
+                  cpus: str = '', extra: tuple = ()) -> subprocess.Popen:
     """Start ``vllm`` serving ``model_dir`` on ``port`` (CPU, priority scheduling).
 
     float32 by default: on CPUs without native bf16 (AVX2 only, as here) vLLM's bf16
     prefill is several times slower. ``cpus``: the cores its threads are bound to
-    (vLLM's VLLM_CPU_OMP_THREADS_BIND; '' = vLLM's choice).
+    (vLLM's VLLM_CPU_OMP_THREADS_BIND; '' = vLLM's choice); ``extra``: more server flags.
     """
     args = [python, '-m', 'vllm.entrypoints.openai.api_server', '--model', str(model_dir),
             '--served-model-name', 'smollm2', '--dtype', dtype, '--enforce-eager',
             '--max-model-len', '4096', '--max-num-seqs', '8', '--scheduling-policy',
-            'priority', '--port', str(port)]
+            'priority', '--port', str(port), *extra]
     env = {**os.environ, 'VLLM_CPU_KVCACHE_SPACE': '1'}
     if cpus:
         env['VLLM_CPU_OMP_THREADS_BIND'] = cpus
