@@ -27,7 +27,7 @@ DOWN = 'http://127.0.0.1:9'  # nothing listens: a failed replica
 @pytest.fixture(scope='module')
 def replica(tmp_path_factory):
     import httpx
-    from timebill_ros.cli.bench_vllm import start_replica, wait_healthy
+    from timebill_ros.cli.bench_vllm import start_replica, stop_replica, wait_healthy
     from timebill_ros.runtime.export_vllm import export_for_vllm
     from timebill_ros.runtime.model import embedded_dir
     root = tmp_path_factory.mktemp('vllm')
@@ -38,8 +38,7 @@ def replica(tmp_path_factory):
             wait_healthy(client, f'http://127.0.0.1:{PORT}', proc, timeout_s=600.0)
         yield f'http://127.0.0.1:{PORT}'
     finally:
-        proc.terminate()
-        proc.wait(30)
+        stop_replica(proc)
 
 
 @pytest.fixture(scope='module')

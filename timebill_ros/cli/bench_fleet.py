@@ -27,6 +27,7 @@ import argparse
 from datetime import datetime, timezone
 import itertools
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -34,6 +35,7 @@ import threading
 import time
 
 from timebill_ros.cli import common
+from timebill_ros.cli.bench_vllm import stop_replica
 
 BUDGETS = (3.0, 5.0, 10.0)
 LOADS = (0.5, 1.0, 1.5, 2.0)
@@ -181,19 +183,12 @@ class Pool:
 
     def kill(self, index: int) -> None:
         """Kill one replica's process (SIGKILL: it ends mid-answer)."""
-        self.procs[index].kill()
+        stop_replica(self.procs[index], sig=signal.SIGKILL)
 
     def stop(self) -> None:
         """Stop every replica."""
         for proc in self.procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:  # a busy replica can take long to drain
-                proc.kill()
-                proc.wait(20)
+            stop_replica(proc)
 
 
 def capacity(plain: Plain, items: list) -> float:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 from datetime import datetime, timezone
 import os
+import signal
 from pathlib import Path
 import statistics
 import subprocess
@@ -43,7 +44,24 @@ def start_replica(python: str, model_dir: Path, port: int, log: Path, dtype: str
     env = {**os.environ, 'VLLM_CPU_KVCACHE_SPACE': '1'}
     if cpus:
         env['VLLM_CPU_OMP_THREADS_BIND'] = cpus
-    return subprocess.Popen(args, stdout=open(log, 'w'), stderr=subprocess.STDOUT, env=env)
+    # Its own process group: vLLM runs its engine and workers in child processes, which
+    # stop_replica must reach too.
+    return subprocess.Popen(args, stdout=open(log, 'w'), stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+
+
+def stop_replica(proc: subprocess.Popen, timeout_s: float = 20.0, sig=signal.SIGTERM) -> None:
+    """Stop a replica and its engine processes (SIGKILL after ``timeout_s``)."""
+    for signal_to_send in (sig, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, signal_to_send)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout_s)
+            return
+        except subprocess.TimeoutExpired:  # a busy replica can take long to drain
+            continue
 
 
 def wait_healthy(client, url: str, proc, timeout_s: float = 600.0) -> float:
@@ -177,8 +195,7 @@ def main(argv=None) -> int:
                      for a in alone[:args.burst]]
         burst = run_burst(client, url, commands, args.burst, args.max_tokens)
     finally:
-        proc.terminate()
-        proc.wait(30)
+        stop_replica(proc)
     errors = [abs((b.finished - b.started) - p) / (b.finished - b.started) * 100.0
               for b, p in zip(burst, predicted) if b is not None and b.tokens]
 

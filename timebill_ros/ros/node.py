@@ -65,6 +65,18 @@ class UuidActionServer(ActionServer):
         return self._uuids.get(id(goal), f'goal-{id(goal):x}')
 
 
+# Executor threads. Each running goal's execute callback holds one until its result
+# (rclpy re-runs a pending coroutine on every wake, so awaiting would spin). Locally few
+# goals run at once (max_batch); on replicas every admitted goal runs at once, and a
+# goal beyond the threads would wait for one to be accepted and to get its result.
+LOCAL_THREADS, REMOTE_THREADS = 4, 256
+
+
+def executor_threads(config: NodeConfig) -> int:
+    """Return the executor's threads for the node's backend (threads are made as needed)."""
+    return REMOTE_THREADS if config.backend == 'vllm' else LOCAL_THREADS
+
+
 # How long a finished-but-canceled goal waits for rclpy to mark it CANCELING.
 CANCEL_STATE_WAIT_S = 2.0
 RESULT_POLL_S = 0.2
@@ -402,7 +414,7 @@ def main(args=None) -> int:
         node.get_logger().info('managed node: unconfigured (configure, then activate; or set '
                                'autostart)' if not node.config.autostart else
                                'managed node: autostart failed (see above); configure again')
-    executor = MultiThreadedExecutor(num_threads=4)
+    executor = MultiThreadedExecutor(num_threads=executor_threads(node.config))
     executor.add_node(node)
     try:
         while not signalled.is_set() and rclpy.ok():
