@@ -6,7 +6,7 @@ import pytest
 
 from timebill_ros.core.length import observed_distribution
 from timebill_ros.core.request import Rejection
-from timebill_ros.serving.remote import RemoteAnswer, ReplicaPool
+from timebill_ros.serving.remote import Load, RemoteAnswer, ReplicaPool
 from timebill_ros.serving.remote_admission import (
     expected_lengths, fit_probability, plan_on_pool)
 
@@ -23,9 +23,9 @@ def pool_of(ttft_s=0.5, itl_s=0.1, urls=('http://a:1',)):
 
 def test_the_tokens_that_fit_follow_the_replica_timing():
     timing = pool_of().replicas[0].timing
-    assert timing.tokens_within(10, 1, 0.4) == 0  # not even the first token
-    assert timing.tokens_within(10, 1, 0.5) == 1
-    assert timing.tokens_within(10, 1, 1.55) == 11
+    assert timing.tokens_within(10, Load(1, 1), 0.4) == 0  # not even the first token
+    assert timing.tokens_within(10, Load(1, 1), 0.5) == 1
+    assert timing.tokens_within(10, Load(1, 1), 1.55) == 11
 
 
 def test_lengths_come_from_the_recent_spread_or_the_mean():
@@ -57,7 +57,7 @@ def test_a_goal_expected_to_miss_yields_only_when_others_share_the_replica():
     # Alone: admitted (its answer may be short); Kill bounds it.
     replica, plan = plan_on_pool(pool, None, 20.0, 40, 64, 1.0, CONFIG)
     assert plan.fit_probability == pytest.approx(6 / 40)  # 6 tokens fit; the mean is 20
-    pool.started(replica)
+    pool.started(replica, deadline=0.5)
     with pytest.raises(Rejection, match='yielding to the 1 goals running'):
         plan_on_pool(pool, observed_distribution([3, 20, 20], [], 64), 20.0, 40, 64, 1.0,
                      CONFIG)
@@ -65,7 +65,7 @@ def test_a_goal_expected_to_miss_yields_only_when_others_share_the_replica():
 
 def test_every_replica_down_is_refused_with_their_errors():
     pool = pool_of()
-    before = pool.started(pool.replicas[0])
-    pool.ended(pool.replicas[0], RemoteAnswer(ended='failed', error='refused'), 40, before)
+    before = pool.started(pool.replicas[0], 1.0)
+    pool.ended(pool.replicas[0], RemoteAnswer(ended='failed', error='refused'), 40, before, 1.0)
     with pytest.raises(Rejection, match='no replica is up .*refused'):
         plan_on_pool(pool, None, 10.0, 40, 64, 5.0, CONFIG)

@@ -181,6 +181,32 @@ class Pool:
             for url, proc in zip(self.urls, self.procs):
                 log(f'{url} healthy after {wait_healthy(client, url, proc):.0f} s')
 
+    def settle(self, timeout_s: float = 60.0) -> float:
+        """Wait until no replica runs or queues a request (vLLM's /metrics); return seconds.
+
+        Cut streams are aborted by vLLM when it notices the closed connection, so a cell
+        ends only when the previous one's requests are gone from every replica.
+        """
+        import httpx
+        start = time.monotonic()
+        with httpx.Client() as client:
+            while time.monotonic() - start < timeout_s:
+                busy = 0.0
+                for url, proc in zip(self.urls, self.procs):
+                    if proc.poll() is not None:
+                        continue
+                    try:
+                        text = client.get(f'{url}/metrics', timeout=5.0).text
+                    except httpx.HTTPError:
+                        continue
+                    busy += sum(float(line.rsplit(' ', 1)[1]) for line in text.splitlines()
+                                if line.startswith(('vllm:num_requests_running{',
+                                                    'vllm:num_requests_waiting{')))
+                if busy == 0.0:
+                    break
+                time.sleep(0.5)
+        return time.monotonic() - start
+
     def kill(self, index: int) -> None:
         """Kill one replica's process (SIGKILL: it ends mid-answer)."""
         stop_replica(self.procs[index], sig=signal.SIGKILL)
@@ -213,9 +239,11 @@ def run_pool(args, model_dir, count: int, held, train, out, log, schedules: dict
         through = ThroughNode(f'/fleet{count}', f'bench_fleet_{count}', args.max_tokens)
         plain = Plain(pool.urls, args.max_tokens)
         rate = capacity(plain, train[:16])
+        pool.settle()
         log(f'{count} replica(s): capacity {rate:.3f} goals/s')
         replay(schedule(train, 8, 0.5 * rate, args.budgets, args.seed), through.send)
         through.take()  # the node's first look at the replicas' timing: not counted
+        pool.settle()
         for index, load in enumerate(args.loads):
             arrivals = schedule(held, args.goals, load * rate, args.budgets,
                                 args.seed + int(100 * load))
@@ -227,8 +255,8 @@ def run_pool(args, model_dir, count: int, held, train, out, log, schedules: dict
                               'rate': load * rate, **cell(system.take())})
                 keep(cells[-1])
                 log(f"{count} x {load}: {name} met {cells[-1]['met']}/{args.goals}, "
-                    f"refused {cells[-1]['refused']}, lost {cells[-1]['lost']}")
-                time.sleep(3.0)
+                    f"refused {cells[-1]['refused']}, lost {cells[-1]['lost']}; replicas idle "
+                    f"after {pool.settle():.1f} s more")
         if count > 1:
             arrivals = schedule(held, args.goals, rate, args.budgets, args.seed + 7)
             threading.Timer(arrivals[len(arrivals) // 2][0], pool.kill, (0,)).start()

@@ -163,7 +163,7 @@ def main(argv=None) -> int:
     from timebill_ros.evaluation import robot_workload
     from timebill_ros.runtime.export_vllm import export_for_vllm
     from timebill_ros.runtime.model import cache_root, embedded_dir
-    from timebill_ros.serving.remote import ReplicaTiming
+    from timebill_ros.serving.remote import Load, ReplicaTiming
     model_dir = export_for_vllm(embedded_dir(), cache_root() / 'models' / 'smollm2-vllm')
     url = f'http://127.0.0.1:{args.port}'
     proc = start_replica(args.vllm_python, model_dir, args.port, out / 'vllm.log',
@@ -184,14 +184,15 @@ def main(argv=None) -> int:
         alone = []
         for text in commands:
             answer = run_goal(client, url, text, 30.0, args.max_tokens)
-            timing.observe(answer.prompt_tokens, 0, answer)
+            timing.observe(answer.prompt_tokens, Load(), answer)
             alone.append(answer)
         tight = [run_goal(client, url, text, args.tight * (a.finished - a.started),
                           args.max_tokens) for text, a in zip(commands, alone)]
         first = run_burst(client, url, commands, args.burst, args.max_tokens)
+        beside = Load(args.burst - 1, args.burst - 1)  # sent at once, equal deadlines
         for answer in first:  # the model learns how several running requests share it
-            timing.observe(answer.prompt_tokens, args.burst - 1, answer)
-        predicted = [timing.finish_s(a.prompt_tokens, a.tokens, args.burst - 1)
+            timing.observe(answer.prompt_tokens, beside, answer)
+        predicted = [timing.finish_s(a.prompt_tokens, a.tokens, beside)
                      for a in alone[:args.burst]]
         burst = run_burst(client, url, commands, args.burst, args.max_tokens)
     finally:

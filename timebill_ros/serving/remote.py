@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 import json
+import math
 import threading
 import time
 from typing import Callable
@@ -207,26 +208,41 @@ class _Stream:
         return answer
 
 
+@dataclass(frozen=True)
+class Load:
+    """What else a replica runs when a goal starts there (goals beside it, not itself)."""
+
+    running: int = 0  # in flight: they share its decode steps
+    ahead: int = 0  # of those, with an earlier or equal deadline: served before it (EDF)
+
+
 class ReplicaTiming:
-    """A replica's time to first token and inter-token latency, refitted per stream."""
+    """A replica's time to first token and inter-token latency, refitted per stream.
+
+    Replicas schedule by deadline (vLLM priority), so a goal's first token waits for the
+    goals ahead of it, not for those with later deadlines; every goal in flight shares
+    the decode steps, so the time between tokens follows all of them.
+    """
 
     def __init__(self):
         """Start from the prior (no samples)."""
-        self._ttft: list = []  # (prompt tokens, running, seconds)
-        self._itl: list = []  # (running, seconds)
+        self._ttft: list = []  # (prompt tokens, goals ahead, seconds)
+        self._itl: list = []  # (goals running beside, seconds)
         self._lock = threading.Lock()
         self.ttft_coef = np.array([PRIOR_TTFT_S, PRIOR_TTFT_PER_TOKEN_S, 0.0])
         self.itl_coef = np.array([PRIOR_ITL_S, 0.0])
 
-    def observe(self, prompt_tokens: int, running: int, answer: RemoteAnswer) -> None:
+    def observe(self, prompt_tokens: int, load: Load, answer: RemoteAnswer) -> None:
         """Learn from one finished stream (its TTFT and its median inter-token latency)."""
         if not answer.token_times:
             return
         with self._lock:
-            self._ttft = (self._ttft + [(prompt_tokens, running, answer.ttft_s)])[-KEPT_SAMPLES:]
+            self._ttft = (self._ttft + [(prompt_tokens, load.ahead, answer.ttft_s)]
+                          )[-KEPT_SAMPLES:]
             gaps = answer.itl_s()
             if gaps:
-                self._itl = (self._itl + [(running, float(np.median(gaps)))])[-KEPT_SAMPLES:]
+                self._itl = (self._itl + [(load.running, float(np.median(gaps)))]
+                             )[-KEPT_SAMPLES:]
             self._refit()
 
     def _refit(self) -> None:
@@ -239,26 +255,27 @@ class ReplicaTiming:
             rows = np.array([[1.0, r] for r, _ in self._itl])
             self.itl_coef, _ = nnls(rows, np.array([t for _, t in self._itl]))
 
-    def ttft_s(self, prompt_tokens: int, running: int) -> float:
-        """Return the predicted time to the first token."""
+    def ttft_s(self, prompt_tokens: int, ahead: int) -> float:
+        """Return the predicted time to the first token behind ``ahead`` earlier goals."""
         a, b, c = self.ttft_coef
-        return float(a + b * prompt_tokens + c * running)
+        return float(a + b * prompt_tokens + c * ahead)
 
     def itl_s(self, running: int) -> float:
-        """Return the predicted time between tokens with ``running`` requests in flight."""
+        """Return the predicted time between tokens with ``running`` goals beside."""
         a, b = self.itl_coef
         return float(a + b * running)
 
-    def finish_s(self, prompt_tokens: int, tokens: int, running: int) -> float:
+    def finish_s(self, prompt_tokens: int, tokens: int, load: Load = Load()) -> float:
         """Return the predicted time of a whole answer of ``tokens`` tokens."""
-        return self.ttft_s(prompt_tokens, running) + max(0, tokens - 1) * self.itl_s(running)
+        return (self.ttft_s(prompt_tokens, load.ahead)
+                + max(0, tokens - 1) * self.itl_s(load.running))
 
-    def tokens_within(self, prompt_tokens: int, running: int, seconds: float) -> int:
+    def tokens_within(self, prompt_tokens: int, load: Load, seconds: float) -> int:
         """Return how many answer tokens are predicted to arrive within ``seconds``."""
-        after_first = seconds - self.ttft_s(prompt_tokens, running)
+        after_first = seconds - self.ttft_s(prompt_tokens, load.ahead)
         if after_first < 0.0:
             return 0
-        return 1 + int(after_first / max(self.itl_s(running), 1e-6))
+        return 1 + int(after_first / max(self.itl_s(load.running), 1e-6))
 
 
 @dataclass
@@ -267,9 +284,18 @@ class Replica:
 
     url: str
     timing: ReplicaTiming = field(default_factory=ReplicaTiming)
-    running: int = 0
+    deadlines: list = field(default_factory=list)  # of the goals in flight (pool clock)
     down_until: float = 0.0
     last_error: str = ''
+
+    @property
+    def running(self) -> int:
+        """Return how many goals are in flight here."""
+        return len(self.deadlines)
+
+    def load(self, deadline: float) -> Load:
+        """Return the load a goal with ``deadline`` would start beside."""
+        return Load(len(self.deadlines), sum(d <= deadline for d in self.deadlines))
 
 
 class ReplicaPool:
@@ -286,22 +312,26 @@ class ReplicaPool:
 
         None when no replica that is up is predicted to finish within ``left_s``.
         """
-        replica, best = self.earliest(prompt_tokens, tokens)
+        replica, best, _ = self.earliest(prompt_tokens, tokens, self.clock() + left_s)
         return (replica, best) if best <= left_s else (None, best)
 
-    def earliest(self, prompt_tokens: int, tokens: int) -> tuple:
-        """Return (replica, predicted seconds) of the earliest finish among those up.
+    def earliest(self, prompt_tokens: int, tokens: int, deadline: float = math.inf) -> tuple:
+        """Return (replica, predicted seconds, Load) of the earliest finish among those up.
 
-        (None, inf) when every replica is down.
+        (None, inf, Load()) when every replica is down.
         """
         now = self.clock()
         with self._lock:
-            timed = [(r.timing.finish_s(prompt_tokens, tokens, r.running + 1), i, r)
-                     for i, r in enumerate(self.replicas) if r.down_until <= now]
+            timed = []
+            for index, replica in enumerate(self.replicas):
+                if replica.down_until <= now:
+                    load = replica.load(deadline)
+                    timed.append((replica.timing.finish_s(prompt_tokens, tokens, load), index,
+                                  replica, load))
         if not timed:
-            return None, float('inf')
-        seconds, _, replica = min(timed, key=lambda entry: entry[:2])
-        return replica, seconds
+            return None, float('inf'), Load()
+        seconds, _, replica, load = min(timed, key=lambda entry: entry[:2])
+        return replica, seconds, load
 
     def down_reasons(self) -> str:
         """Return why the replicas that are down are down, in one line."""
@@ -316,21 +346,22 @@ class ReplicaPool:
             replica.down_until = self.clock() + DOWN_FOR_S
             replica.last_error = why
 
-    def started(self, replica: Replica) -> int:
-        """Count a goal in flight on ``replica``; return how many were running before."""
+    def started(self, replica: Replica, deadline: float = math.inf) -> Load:
+        """Count a goal in flight on ``replica``; return the load it started beside."""
         with self._lock:
-            replica.running += 1
-            return replica.running - 1
+            load = replica.load(deadline)
+            replica.deadlines.append(deadline)
+            return load
 
     def ended(self, replica: Replica, answer: RemoteAnswer, prompt_tokens: int,
-              running_before: int) -> None:
+              load: Load, deadline: float = math.inf) -> None:
         """Take a goal off ``replica``: learn its timing, or mark the replica down."""
         with self._lock:
-            replica.running -= 1
+            replica.deadlines.remove(deadline)
         if answer.ended == 'failed':
             self.mark_down(replica, answer.error)
         else:
-            replica.timing.observe(prompt_tokens, running_before, answer)
+            replica.timing.observe(prompt_tokens, load, answer)
 
 
 def deadline_priority(deadline_epoch_s: float) -> int:

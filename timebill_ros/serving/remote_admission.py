@@ -40,11 +40,11 @@ def plan_on_pool(pool, spread, typical: float, prompt_tokens: int, cap: int,
                  left_s: float, config) -> tuple:
     """Return (replica, Plan) for a goal with ``left_s`` seconds left; raise Rejection."""
     expected, planned = expected_lengths(spread, typical, cap, config.plan_quantile)
-    replica, seconds = pool.earliest(prompt_tokens, expected)
+    replica, seconds, load = pool.earliest(prompt_tokens, expected, pool.clock() + left_s)
     if replica is None:
         raise Rejection(f'no replica is up ({pool.down_reasons()})')
-    running, timing = replica.running, replica.timing
-    fit = timing.tokens_within(prompt_tokens, running + 1, left_s)
+    running, timing = load.running, replica.timing
+    fit = timing.tokens_within(prompt_tokens, load, left_s)
     chance = fit_probability(spread, expected, fit, cap)
     basis = (f'{expected}-token answer (median of the recent ones)' if spread is not None
              else f'{expected}-token answer (the recent mean)')
@@ -56,12 +56,13 @@ def plan_on_pool(pool, spread, typical: float, prompt_tokens: int, cap: int,
         raise Rejection(f'yielding to the {running} goals running on {replica.url}: this one '
                         f'is expected to miss ({seconds:.3f} s for a {basis}, '
                         f'{left_s:.3f} s left)')
-    ttft = timing.ttft_s(prompt_tokens, running + 1)
-    worst = timing.finish_s(prompt_tokens, planned, running + 1)
+    ttft = timing.ttft_s(prompt_tokens, load.ahead)
+    worst = timing.finish_s(prompt_tokens, planned, load)
     plan = Plan(mode=Mode.NONE, prompt_tokens=prompt_tokens, predicted_tokens=expected,
                 predictor='recent answers', worst_case_tokens=planned, est_prefill_s=ttft,
                 est_decode_s=max(0.0, seconds - ttft), est_wcet_s=worst,
                 est_wcet_full_s=worst, feasible=True, fit_probability=chance,
                 note=f'replica {replica.url}: {seconds:.3f} s predicted for a {basis} '
-                     f'({running} running there); P(fit) {chance:.3f}')
+                     f'({running} running there, {load.ahead} of them ahead by deadline); '
+                     f'P(fit) {chance:.3f}')
     return replica, plan

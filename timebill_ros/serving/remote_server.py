@@ -203,7 +203,7 @@ class RemoteServer:
         # Skip-Next lets a goal run past its deadline (to its own end, or the largest budget).
         skip_next = request.policy == OverrunPolicy.SKIP_NEXT
         until = job.clock.deadline + (self.config.max_budget_s if skip_next else 0.0)
-        running_before = self.pool.started(replica)
+        started_beside = self.pool.started(replica, job.clock.deadline)
         watch = threading.Timer(max(0.0, job.clock.remaining()), self._overran, (job.key,))
         if skip_next:
             watch.start()
@@ -212,7 +212,8 @@ class RemoteServer:
                                  lambda: bool(self.closing) or job.hooks.cancel_requested())
         finally:
             watch.cancel()
-        self.pool.ended(replica, answer, len(job.prompt_ids) + before.tokens, running_before)
+        self.pool.ended(replica, answer, len(job.prompt_ids) + before.tokens, started_beside,
+                        job.clock.deadline)
         return answer
 
     def _overran(self, key: str) -> None:
