@@ -307,7 +307,8 @@ def markdown(report: dict) -> str:
              if c['system'] == 'plain'}
     for c in report['cells']:
         base = plain.get((1 if c['replicas'] == 0 else c['replicas'], c['load']))
-        ratio = f"{c['met'] / base:.2f}x" if base else '-'
+        ratio = (f"{c['met'] / base:.2f}x" if base else
+                 '- (plain met 0)' if base == 0 else '-')
         lines.append(f"| {c['replicas'] or 'local'} | {c['load']:g} | {c['system']} | "
                      f"{c['met']}/{c['goals']} | {c['refused']} | {c['killed']} | "
                      f"{c['failed']} | {c['lost']} | {c['late_claimed']} | "
