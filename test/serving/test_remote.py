@@ -35,26 +35,30 @@ def answer(ttft, gaps):
 
 
 def test_the_timing_model_fits_ttft_and_inter_token_latency_from_streams():
-    """First tokens wait for the goals ahead by deadline; every goal beside slows steps."""
+    """First tokens wait for the prefill ahead by deadline; every goal beside slows steps."""
     timing = ReplicaTiming()
-    for prompt, running, ahead in ((100, 0, 0), (400, 0, 0), (100, 2, 1), (400, 3, 2),
-                                   (250, 1, 1), (250, 4, 0)):
-        ttft = 0.05 + 0.001 * prompt + 0.1 * ahead
-        timing.observe(prompt, Load(running, ahead), answer(ttft, [0.04 + 0.01 * running] * 5))
-    assert abs(timing.ttft_s(300, 1) - (0.05 + 0.3 + 0.1)) < 1e-6
+    for prompt, running, ahead_tokens in ((100, 0, 0), (400, 0, 0), (100, 2, 500),
+                                          (400, 3, 2000), (250, 1, 100), (250, 4, 0)):
+        ttft = 0.05 + 0.001 * prompt + 0.002 * ahead_tokens
+        timing.observe(prompt, Load(running, 1, ahead_tokens),
+                       answer(ttft, [0.04 + 0.01 * running] * 5))
+    assert abs(timing.ttft_s(300, 50) - (0.05 + 0.3 + 0.1)) < 1e-6
     assert abs(timing.itl_s(3) - 0.07) < 1e-6
-    assert abs(timing.finish_s(300, 11, Load(1, 1)) - (0.45 + 10 * 0.05)) < 1e-6
-    assert timing.tokens_within(300, Load(1, 1), 0.951) == 11
+    assert abs(timing.finish_s(300, 11, Load(1, 1, 50)) - (0.45 + 10 * 0.05)) < 1e-6
+    assert timing.tokens_within(300, Load(1, 1, 50), 0.951) == 11
 
 
-def test_a_goal_waits_only_for_the_goals_ahead_of_it_by_deadline():
+def test_a_goal_waits_only_for_the_prefill_ahead_of_it_by_deadline():
     pool = ReplicaPool(['http://a:8000'], clock=lambda: 0.0)
     replica = pool.replicas[0]
-    late, early = pool.started(replica, deadline=9.0), pool.started(replica, deadline=2.0)
-    assert late == Load(0, 0) and early == Load(1, 0) and replica.running == 2
-    assert replica.load(5.0) == Load(2, 1) and replica.load(1.0) == Load(2, 0)
-    pool.ended(replica, RemoteAnswer(), 10, late, deadline=9.0)
-    assert replica.deadlines == [2.0]
+    late = pool.started(replica, deadline=9.0, prompt_tokens=2000)
+    early = pool.started(replica, deadline=2.0, prompt_tokens=30)
+    assert late.load == Load(0, 0, 0) and early.load == Load(1, 0, 0)
+    assert replica.load(5.0) == Load(2, 1, 30) and replica.load(10.0) == Load(2, 2, 2030)
+    pool.first_token(late)  # its prefill is done: it no longer holds up those behind
+    assert replica.load(10.0) == Load(2, 2, 30)
+    pool.ended(replica, RemoteAnswer(), late)
+    assert replica.inflight == [early] and replica.running == 1
 
 
 def test_the_pool_routes_to_the_earliest_finish_and_leaves_failed_replicas_out():
@@ -65,8 +69,8 @@ def test_the_pool_routes_to_the_earliest_finish_and_leaves_failed_replicas_out()
     chosen, seconds = pool.choose(prompt_tokens=50, tokens=10, left_s=5.0)
     assert chosen is fast and seconds < 0.5 and slow.url == 'http://a:8000'
     assert pool.choose(50, 10, left_s=0.1) == (None, seconds)  # nothing fits: say so
-    before = pool.started(fast, 3.0)
-    pool.ended(fast, RemoteAnswer(ended='failed', error='connection refused'), 50, before, 3.0)
+    goal = pool.started(fast, 3.0, 50)
+    pool.ended(fast, RemoteAnswer(ended='failed', error='connection refused'), goal)
     assert fast.running == 0 and fast.last_error == 'connection refused'
     assert pool.choose(50, 10, left_s=5.0)[0] is slow  # down for a while
     now[0] = 11.0

@@ -65,7 +65,7 @@ def test_a_goal_expected_to_miss_yields_only_when_others_share_the_replica():
 
 def test_every_replica_down_is_refused_with_their_errors():
     pool = pool_of()
-    before = pool.started(pool.replicas[0], 1.0)
-    pool.ended(pool.replicas[0], RemoteAnswer(ended='failed', error='refused'), 40, before, 1.0)
+    goal = pool.started(pool.replicas[0], 1.0, 40)
+    pool.ended(pool.replicas[0], RemoteAnswer(ended='failed', error='refused'), goal)
     with pytest.raises(Rejection, match='no replica is up .*refused'):
         plan_on_pool(pool, None, 10.0, 40, 64, 5.0, CONFIG)

@@ -115,7 +115,7 @@ class ThroughNode:
         self.lock, self.records = threading.Lock(), []
 
     def send(self, item, budget_s: float) -> None:
-        """Send one goal and wait for its end (lost: no answer in budget + 60 s)."""
+        """Send one goal and wait until it ends; no answer in budget + 60 s counts as lost."""
         from timebill_ros.tools.client import ClientTimeout, make_goal, outcome_name
         record = {'item': item.id, 'kind': item.kind, 'budget_s': budget_s}
         try:

@@ -72,8 +72,7 @@ class Admission:
             if how:
                 job.plan = noted(job.plan, how)
             if job.prefix_tokens:
-                job.plan = noted(job.plan, f'{job.prefix_tokens} of {len(ids)} prompt tokens '
-                                           'in the prefix cache')
+                job.plan = noted(job.plan, prefix_note(job))
             if reserve:
                 dispatch.held[key] = job
         if pending and not reserve:
@@ -331,7 +330,8 @@ class Admission:
         except Rejection as exc:
             raise Rejection(f'after {job.clock.elapsed():.3f} s in queue: {exc.reason}',
                             job.plan) from None
-        return replanned(plan, f'at dispatch: {why}'), None
+        plan = replanned(plan, f'at dispatch: {why}')
+        return (noted(plan, prefix_note(job)) if job.prefix_tokens else plan), None
 
     def yield_if_late(self, pipeline, job: Job, timing=None) -> None:
         """Refuse a goal about to start that is expected to miss while others wait.
@@ -401,6 +401,11 @@ def on_torch_for_sure(planner, request) -> bool:
     if request.precision in engines:
         return False
     return not engines or request.mode != Mode.AUTO or bool(request.precision)
+
+
+def prefix_note(job: Job) -> str:
+    """Return what the plan says of the goal's prompt tokens in the prefix cache."""
+    return f'{job.prefix_tokens} of {len(job.prompt_ids)} prompt tokens in the prefix cache'
 
 
 def noted(plan: Plan, text: str) -> Plan:

@@ -214,19 +214,31 @@ class Load:
 
     running: int = 0  # in flight: they share its decode steps
     ahead: int = 0  # of those, with an earlier or equal deadline: served before it (EDF)
+    ahead_tokens: int = 0  # prompt tokens of those ahead still to prefill
+
+
+@dataclass(eq=False)
+class InFlight:
+    """One goal on a replica: its deadline, its prompt, whether its prefill is done."""
+
+    deadline: float
+    prompt_tokens: int
+    load: Load = Load()  # what it started beside
+    prefilled: bool = False
 
 
 class ReplicaTiming:
     """A replica's time to first token and inter-token latency, refitted per stream.
 
     Replicas schedule by deadline (vLLM priority), so a goal's first token waits for the
-    goals ahead of it, not for those with later deadlines; every goal in flight shares
-    the decode steps, so the time between tokens follows all of them.
+    prefill of the goals ahead of it, not of those with later deadlines (a 2,000-token
+    prompt ahead costs seconds on a CPU, a 30-token one little); every goal in flight
+    shares the decode steps, so the time between tokens follows all of them.
     """
 
     def __init__(self):
         """Start from the prior (no samples)."""
-        self._ttft: list = []  # (prompt tokens, goals ahead, seconds)
+        self._ttft: list = []  # (prompt tokens, prompt tokens ahead to prefill, seconds)
         self._itl: list = []  # (goals running beside, seconds)
         self._lock = threading.Lock()
         self.ttft_coef = np.array([PRIOR_TTFT_S, PRIOR_TTFT_PER_TOKEN_S, 0.0])
@@ -237,7 +249,7 @@ class ReplicaTiming:
         if not answer.token_times:
             return
         with self._lock:
-            self._ttft = (self._ttft + [(prompt_tokens, load.ahead, answer.ttft_s)]
+            self._ttft = (self._ttft + [(prompt_tokens, load.ahead_tokens, answer.ttft_s)]
                           )[-KEPT_SAMPLES:]
             gaps = answer.itl_s()
             if gaps:
@@ -255,10 +267,10 @@ class ReplicaTiming:
             rows = np.array([[1.0, r] for r, _ in self._itl])
             self.itl_coef, _ = nnls(rows, np.array([t for _, t in self._itl]))
 
-    def ttft_s(self, prompt_tokens: int, ahead: int) -> float:
-        """Return the predicted time to the first token behind ``ahead`` earlier goals."""
+    def ttft_s(self, prompt_tokens: int, ahead_tokens: int = 0) -> float:
+        """Return the predicted time to the first token behind ``ahead_tokens`` to prefill."""
         a, b, c = self.ttft_coef
-        return float(a + b * prompt_tokens + c * ahead)
+        return float(a + b * prompt_tokens + c * ahead_tokens)
 
     def itl_s(self, running: int) -> float:
         """Return the predicted time between tokens with ``running`` goals beside."""
@@ -267,12 +279,12 @@ class ReplicaTiming:
 
     def finish_s(self, prompt_tokens: int, tokens: int, load: Load = Load()) -> float:
         """Return the predicted time of a whole answer of ``tokens`` tokens."""
-        return (self.ttft_s(prompt_tokens, load.ahead)
+        return (self.ttft_s(prompt_tokens, load.ahead_tokens)
                 + max(0, tokens - 1) * self.itl_s(load.running))
 
     def tokens_within(self, prompt_tokens: int, load: Load, seconds: float) -> int:
         """Return how many answer tokens are predicted to arrive within ``seconds``."""
-        after_first = seconds - self.ttft_s(prompt_tokens, load.ahead)
+        after_first = seconds - self.ttft_s(prompt_tokens, load.ahead_tokens)
         if after_first < 0.0:
             return 0
         return 1 + int(after_first / max(self.itl_s(load.running), 1e-6))
@@ -284,18 +296,20 @@ class Replica:
 
     url: str
     timing: ReplicaTiming = field(default_factory=ReplicaTiming)
-    deadlines: list = field(default_factory=list)  # of the goals in flight (pool clock)
+    inflight: list = field(default_factory=list)  # InFlight goals (deadlines: pool clock)
     down_until: float = 0.0
     last_error: str = ''
 
     @property
     def running(self) -> int:
         """Return how many goals are in flight here."""
-        return len(self.deadlines)
+        return len(self.inflight)
 
     def load(self, deadline: float) -> Load:
         """Return the load a goal with ``deadline`` would start beside."""
-        return Load(len(self.deadlines), sum(d <= deadline for d in self.deadlines))
+        ahead = [goal for goal in self.inflight if goal.deadline <= deadline]
+        return Load(len(self.inflight), len(ahead),
+                    sum(goal.prompt_tokens for goal in ahead if not goal.prefilled))
 
 
 class ReplicaPool:
@@ -346,22 +360,27 @@ class ReplicaPool:
             replica.down_until = self.clock() + DOWN_FOR_S
             replica.last_error = why
 
-    def started(self, replica: Replica, deadline: float = math.inf) -> Load:
-        """Count a goal in flight on ``replica``; return the load it started beside."""
+    def started(self, replica: Replica, deadline: float = math.inf,
+                prompt_tokens: int = 0) -> InFlight:
+        """Count a goal in flight on ``replica``; return it (with the load beside it)."""
         with self._lock:
-            load = replica.load(deadline)
-            replica.deadlines.append(deadline)
-            return load
+            goal = InFlight(deadline, prompt_tokens, replica.load(deadline))
+            replica.inflight.append(goal)
+            return goal
 
-    def ended(self, replica: Replica, answer: RemoteAnswer, prompt_tokens: int,
-              load: Load, deadline: float = math.inf) -> None:
+    def first_token(self, goal: InFlight) -> None:
+        """Note that ``goal``'s prefill is done (it no longer delays those behind)."""
+        with self._lock:
+            goal.prefilled = True
+
+    def ended(self, replica: Replica, answer: RemoteAnswer, goal: InFlight) -> None:
         """Take a goal off ``replica``: learn its timing, or mark the replica down."""
         with self._lock:
-            replica.deadlines.remove(deadline)
+            replica.inflight.remove(goal)
         if answer.ended == 'failed':
             self.mark_down(replica, answer.error)
         else:
-            replica.timing.observe(prompt_tokens, load, answer)
+            replica.timing.observe(goal.prompt_tokens, goal.load, answer)
 
 
 def deadline_priority(deadline_epoch_s: float) -> int:

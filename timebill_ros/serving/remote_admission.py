@@ -56,13 +56,14 @@ def plan_on_pool(pool, spread, typical: float, prompt_tokens: int, cap: int,
         raise Rejection(f'yielding to the {running} goals running on {replica.url}: this one '
                         f'is expected to miss ({seconds:.3f} s for a {basis}, '
                         f'{left_s:.3f} s left)')
-    ttft = timing.ttft_s(prompt_tokens, load.ahead)
+    ttft = timing.ttft_s(prompt_tokens, load.ahead_tokens)
     worst = timing.finish_s(prompt_tokens, planned, load)
     plan = Plan(mode=Mode.NONE, prompt_tokens=prompt_tokens, predicted_tokens=expected,
                 predictor='recent answers', worst_case_tokens=planned, est_prefill_s=ttft,
                 est_decode_s=max(0.0, seconds - ttft), est_wcet_s=worst,
                 est_wcet_full_s=worst, feasible=True, fit_probability=chance,
                 note=f'replica {replica.url}: {seconds:.3f} s predicted for a {basis} '
-                     f'({running} running there, {load.ahead} of them ahead by deadline); '
+                     f'({running} running there; ahead by deadline {load.ahead}, with '
+                     f'{load.ahead_tokens} prompt tokens to prefill); '
                      f'P(fit) {chance:.3f}')
     return replica, plan

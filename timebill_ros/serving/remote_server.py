@@ -194,6 +194,8 @@ class RemoteServer:
         index = [before.tokens]
 
         def on_delta(text: str) -> None:
+            if index[0] == before.tokens:
+                self.pool.first_token(on_replica)
             now = job.clock.now()
             job.hooks.on_feedback(TokenEvent(index[0], -1, text, now),
                                   job.clock.elapsed(now), job.clock.remaining(now), job.plan)
@@ -203,17 +205,17 @@ class RemoteServer:
         # Skip-Next lets a goal run past its deadline (to its own end, or the largest budget).
         skip_next = request.policy == OverrunPolicy.SKIP_NEXT
         until = job.clock.deadline + (self.config.max_budget_s if skip_next else 0.0)
-        started_beside = self.pool.started(replica, job.clock.deadline)
         watch = threading.Timer(max(0.0, job.clock.remaining()), self._overran, (job.key,))
         if skip_next:
             watch.start()
+        on_replica = self.pool.started(replica, job.clock.deadline,
+                                       len(job.prompt_ids) + before.tokens)
         try:
             answer = stream_goal(self.client, replica.url, body, until, on_delta,
                                  lambda: bool(self.closing) or job.hooks.cancel_requested())
         finally:
             watch.cancel()
-        self.pool.ended(replica, answer, len(job.prompt_ids) + before.tokens, started_beside,
-                        job.clock.deadline)
+        self.pool.ended(replica, answer, on_replica)
         return answer
 
     def _overran(self, key: str) -> None:
