@@ -64,15 +64,33 @@ def replay(arrivals: list, send) -> None:
         thread.join(max(budget for *_, budget in arrivals) + 120.0)
 
 
-class Plain:
+class Records:
+    """Goal records kept as they end (from many sender threads)."""
+
+    def __init__(self):
+        """Start with none."""
+        self.lock, self.records = threading.Lock(), []
+
+    def _keep(self, record: dict) -> None:
+        with self.lock:
+            self.records.append(record)
+
+    def take(self) -> list:
+        """Return and clear the records so far."""
+        with self.lock:
+            records, self.records = self.records, []
+        return records
+
+
+class Plain(Records):
     """The baseline: FCFS on the replicas, round-robin, each request cut at its budget."""
 
     def __init__(self, urls: list, max_tokens: int):
         """Hold one HTTP client for the replicas."""
         import httpx
+        super().__init__()
         self.urls, self.max_tokens = itertools.cycle(urls), max_tokens
         self.client = httpx.Client(limits=httpx.Limits(max_connections=256))
-        self.lock, self.records = threading.Lock(), []
 
     def send(self, item, budget_s: float) -> None:
         """Stream one command with vLLM's default priority (0: arrival order)."""
@@ -91,28 +109,18 @@ class Plain:
                     'e2e_s': answer.finished - answer.started, 'tokens': answer.tokens,
                     'reason': answer.error})
 
-    def _keep(self, record: dict) -> None:
-        with self.lock:
-            self.records.append(record)
 
-    def take(self) -> list:
-        """Return and clear the records so far."""
-        with self.lock:
-            records, self.records = self.records, []
-        return records
-
-
-class ThroughNode:
+class ThroughNode(Records):
     """Goals through the node's action (one client), recorded as they end."""
 
     def __init__(self, namespace: str, name: str, max_tokens: int):
         """Connect an action client to the node in ``namespace``."""
         from timebill_ros.tools.client import InstructClient
+        super().__init__()
         self.client = InstructClient(f'{namespace}/timebill/instruct', name,
                                      f'{namespace}/timebill/responses')
         self.client.wait_for_server(120)
         self.max_tokens = max_tokens
-        self.lock, self.records = threading.Lock(), []
 
     def send(self, item, budget_s: float) -> None:
         """Send one goal and wait until it ends; no answer in budget + 60 s counts as lost."""
@@ -135,14 +143,7 @@ class ThroughNode:
                                        == 'COMPLETED'),
                               e2e_s=res.e2e_s, client_s=run.finished_at - run.sent_at,
                               tokens=res.tokens, reason=res.reason)
-        with self.lock:
-            self.records.append(record)
-
-    def take(self) -> list:
-        """Return and clear the records so far."""
-        with self.lock:
-            records, self.records = self.records, []
-        return records
+        self._keep(record)
 
     def close(self) -> None:
         """Close the action client."""
