@@ -171,7 +171,11 @@ def test_many_goals_at_once_each_get_their_result_at_their_deadline(client):
     assert len(accepted) >= 6, [run.reject_reason for run in runs]
     for run in accepted:
         assert run.result.outcome in (Outcome.COMPLETED, Outcome.KILLED), run.result.reason
-        assert run.finished_at - run.sent_at <= 8.0 + 1.5, run.finished_at - run.sent_at
+        # The budget counts from arrival at the node: one token plus the network past it.
+        assert run.result.e2e_s <= 8.0 + 0.3, run.result.e2e_s
+        # Seen from the client, DDS and twelve goals' acceptance add up to ~2 s on a loaded
+        # 2-core VM (9.9 s in CI at 87be820); a goal waiting for a thread would add 8 s.
+        assert run.finished_at - run.sent_at <= 8.0 + 4.0, run.finished_at - run.sent_at
 
 
 def test_a_goal_no_replica_can_answer_in_time_is_refused_with_the_prediction(client):

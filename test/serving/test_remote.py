@@ -66,15 +66,18 @@ def test_the_pool_routes_to_the_earliest_finish_and_leaves_failed_replicas_out()
     pool = ReplicaPool(['http://a:8000/', 'http://b:8000'], clock=lambda: now[0])
     slow, fast = pool.replicas
     fast.timing.itl_coef[0] = 0.01
-    chosen, seconds = pool.choose(prompt_tokens=50, tokens=10, left_s=5.0)
+    chosen, seconds, load = pool.earliest(prompt_tokens=50, tokens=10)
     assert chosen is fast and seconds < 0.5 and slow.url == 'http://a:8000'
-    assert pool.choose(50, 10, left_s=0.1) == (None, seconds)  # nothing fits: say so
+    assert load == Load()  # nothing runs there yet
     goal = pool.started(fast, 3.0, 50)
     pool.ended(fast, RemoteAnswer(ended='failed', error='connection refused'), goal)
     assert fast.running == 0 and fast.last_error == 'connection refused'
-    assert pool.choose(50, 10, left_s=5.0)[0] is slow  # down for a while
+    assert pool.earliest(50, 10)[0] is slow  # down for a while
     now[0] = 11.0
-    assert pool.choose(50, 10, left_s=5.0)[0] is fast
+    assert pool.earliest(50, 10)[0] is fast
+    pool.mark_down(slow, 'gone')
+    pool.mark_down(fast, 'gone too')
+    assert pool.earliest(50, 10) == (None, float('inf'), Load())
 
 
 def test_a_moved_goal_asks_the_next_replica_to_continue_its_answer():

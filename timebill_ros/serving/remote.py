@@ -321,14 +321,6 @@ class ReplicaPool:
         self.clock = clock
         self._lock = threading.Lock()
 
-    def choose(self, prompt_tokens: int, tokens: int, left_s: float) -> tuple:
-        """Return (replica, predicted seconds) of the earliest finish, or (None, best).
-
-        None when no replica that is up is predicted to finish within ``left_s``.
-        """
-        replica, best, _ = self.earliest(prompt_tokens, tokens, self.clock() + left_s)
-        return (replica, best) if best <= left_s else (None, best)
-
     def earliest(self, prompt_tokens: int, tokens: int, deadline: float = math.inf) -> tuple:
         """Return (replica, predicted seconds, Load) of the earliest finish among those up.
 

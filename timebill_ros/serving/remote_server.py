@@ -205,8 +205,9 @@ class RemoteServer:
         # Skip-Next lets a goal run past its deadline (to its own end, or the largest budget).
         skip_next = request.policy == OverrunPolicy.SKIP_NEXT
         until = job.clock.deadline + (self.config.max_budget_s if skip_next else 0.0)
-        watch = threading.Timer(max(0.0, job.clock.remaining()), self._overran, (job.key,))
-        if skip_next:
+        watch = threading.Timer(max(0.0, job.clock.remaining()), self._overran, (job.key,)) \
+            if skip_next else None
+        if watch is not None:
             watch.start()
         on_replica = self.pool.started(replica, job.clock.deadline,
                                        len(job.prompt_ids) + before.tokens)
@@ -214,7 +215,8 @@ class RemoteServer:
             answer = stream_goal(self.client, replica.url, body, until, on_delta,
                                  lambda: bool(self.closing) or job.hooks.cancel_requested())
         finally:
-            watch.cancel()
+            if watch is not None:
+                watch.cancel()
         self.pool.ended(replica, answer, on_replica)
         return answer
 
