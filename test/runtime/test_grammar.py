@@ -81,6 +81,17 @@ def test_a_closure_from_any_cut_validates_against_the_schema(tiny, library, cut)
     assert not constraint.complete or cut == len(ANSWER)  # rolled back: the state is kept
 
 
+def test_the_shortest_answer_is_a_closure_from_the_start_and_is_cached(tiny, library):
+    compiled = library.compile(json.dumps(SCHEMA))
+    shortest = library.constraint(compiled).closure(max_tokens=256, time_limit_s=0.5)
+    text = tiny.tokenizer.decode(shortest)
+    jsonschema.validate(json.loads(text), SCHEMA)  # every required field, shortest values
+    assert library.shortest_answer(compiled) == len(shortest) > 6
+    assert library._shortest[compiled] == len(shortest)  # computed once per grammar
+    free_sentence = library.compile(grammar='root ::= "OK" | "Stop now please"')
+    assert library.shortest_answer(free_sentence) == len(ids(tiny, 'OK'))
+
+
 def test_a_gbnf_closure_ends_the_sentence(tiny, library):
     constraint = library.constraint(library.compile(
         grammar='root ::= ("yes" | "no") ", because " [a-z ]+ "."'))

@@ -1,6 +1,7 @@
 """The serving core without ROS: admission, schedulers, cancel, Skip-Next (tiny model)."""
 
 from dataclasses import replace
+import json
 import re
 import threading
 
@@ -757,5 +758,37 @@ def test_a_goal_killed_in_prefill_teaches_the_ete_its_prefilled_tokens(
         assert 0 < result.prefill_tokens < len(job.prompt_ids) and result.prefill_s > 0
         samples = server.pipeline.online.prefill_samples
         assert (result.prefill_tokens, result.prefill_s) in list(samples)
+    finally:
+        server.stop(timeout_s=30.0)
+
+
+def test_a_schema_goal_is_planned_on_its_schemas_shortest_and_earlier_answers(
+        loaded, tmp_path, synthetic_profile):
+    server = profiled_server(loaded, tmp_path, synthetic_profile, 'edf', predictor_share=0.25)
+    schema = json.dumps({'type': 'object', 'required': ['action', 'why'],
+                         'properties': {'action': {'enum': ['stop', 'go']},
+                                        'why': {'type': 'string'}}})
+
+    def plan(budget_s, json_schema=schema):
+        return server.dry_run(GoalSpec('Go.', budget_s=budget_s, mode=int(Mode.AUTO),
+                                       max_new_tokens=50, json_schema=json_schema)).plan
+    try:
+        compiled = server.grammars.compile(schema)
+        shortest = server.grammars.shortest_answer(compiled)
+        server.admission.predict_s = 1.0  # the predictor is skipped at 2 s ...
+        server.learning.typical_tokens = 2.0  # ... for a running mean no schema answer fits
+        tight = plan(2.0)
+        assert tight.predicted_tokens == shortest > 2, tight.note
+        assert 'shortest answer the schema allows' in tight.note
+        # Three answers to this schema ended by themselves, one was closed at 9 tokens.
+        for tokens, ended in ((12, True), (14, True), (9, False), (16, True)):
+            server.learning.grammar_answer_ran(compiled, tokens, ended)
+        for budget_s in (2.0, 10.0):  # no predictor runs, however much time is left
+            planned = plan(budget_s)
+            assert planned.predictor == 'answers to this schema', planned.note
+            assert planned.predicted_tokens == 14 and planned.worst_case_tokens < 50
+            assert 'spread of 4 earlier answers to this schema' in planned.note
+        other = plan(10.0, schema.replace('"go"', '"wait"'))  # another schema: no answers yet
+        assert other.predictor != 'answers to this schema' and other.predicted_tokens == 50
     finally:
         server.stop(timeout_s=30.0)

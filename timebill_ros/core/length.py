@@ -132,6 +132,7 @@ class LengthDistribution:
     levels: tuple
     quantiles: tuple  # per band, the true lengths at ``levels`` (non-decreasing)
     samples: tuple = ()  # calibration pairs per band (for reports)
+    source: str = ''  # where lengths came from when not a predictor's calibration
 
     def __post_init__(self):
         """Check the table's shape."""
@@ -233,7 +234,8 @@ class LengthDistribution:
 
 
 def observed_distribution(finished: Sequence[float], cut_short: Sequence[float],
-                          ceiling: float, levels: tuple = LEVELS) -> LengthDistribution | None:
+                          ceiling: float, levels: tuple = LEVELS,
+                          source: str = '') -> LengthDistribution | None:
     """Return the distribution of answer lengths seen, or None before any answer finished.
 
     ``finished``: lengths of answers that ended by themselves; ``cut_short``: tokens of
@@ -254,4 +256,4 @@ def observed_distribution(finished: Sequence[float], cut_short: Sequence[float],
         at = int(np.searchsorted(probs, q - 1e-9))  # the first length whose CDF reaches q
         row.append(float(lengths[at]) if at < len(lengths) else top)
     return LengthDistribution((math.inf,), tuple(levels), (tuple(row),),
-                              (len(finished) + len(cut_short),))
+                              (len(finished) + len(cut_short),), source)

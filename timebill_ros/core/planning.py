@@ -22,6 +22,7 @@ from timebill_ros.core.timing import TimingModel
 PENDING = '(pending: predicted in prefill)'
 # Predictor name of a length read from the node's recent answers (the predictor skipped).
 RECENT = 'recent answers'
+GRAMMAR_ANSWERS = 'answers to this schema'
 
 
 @dataclass(frozen=True)
@@ -269,7 +270,7 @@ def predict(length: LengthPredictor, request: Request, prompt_tokens: int,
     elif pending:
         predicted, predictor = 1, f'{predictor} {PENDING}'
     elif spread is not None and predicted is not None:
-        return predicted, RECENT, spread
+        return predicted, spread.source or RECENT, spread
     else:
         if predicted is None:
             predicted = int(length.predict(request, prompt_tokens))

@@ -51,6 +51,7 @@ class GrammarLibrary:
         self._texts = [tokenizer.decode([i]) for i in range(self.vocab_size)]
         self._closers = self._closer_ids(tokenizer)
         self._cache: OrderedDict = OrderedDict()
+        self._shortest: dict = {}  # compiled grammar -> tokens of its shortest answer
         self._cache_size, self._lock = cache_size, threading.Lock()
         self.compile_s: list = []  # seconds of each compilation (not cache hits)
 
@@ -98,6 +99,23 @@ class GrammarLibrary:
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
         return compiled
+
+    def shortest_answer(self, compiled: str) -> int:
+        """Return the tokens of the grammar's shortest whole answer (0 when none is found).
+
+        The closure from the start: the fewest tokens a goal under this grammar can
+        answer in, which bounds its length from below. Cached per grammar (0.4-9 ms).
+        """
+        with self._lock:
+            known = self._shortest.get(compiled)
+        if known is None:
+            found = self.constraint(compiled).closure(max_tokens=256, time_limit_s=0.5)
+            known = len(found) if found is not None else 0
+            with self._lock:
+                self._shortest[compiled] = known
+                while len(self._shortest) > self._cache_size:
+                    self._shortest.pop(next(iter(self._shortest)))
+        return known
 
     def constraint(self, compiled: str) -> 'Constraint':
         """Return a fresh matcher for one goal, at the start of a compiled grammar."""

@@ -58,9 +58,12 @@ class Admission:
         ids = request_prompt_ids(loaded.tokenizer, request, loaded.tokenizer_lock)
         check_prompt_fits(len(ids), loaded.context_window)
         grammar = self._compile(request.output)
-        pending = self.predicts_in_prefill(pipeline, request)
-        known, how, spread = self._known_length(pipeline, request, len(ids), pending,
-                                                clock.remaining())  # outside the lock
+        # Earlier answers under the same schema say more than the free-text predictor.
+        by_grammar = self._grammar_length(pipeline, request, grammar)
+        pending = by_grammar is None and self.predicts_in_prefill(pipeline, request)
+        known, how, spread = by_grammar or self._known_length(
+            pipeline, request, len(ids), pending, clock.remaining())  # outside the lock
+        known, how = self._at_least_shortest(known, how, request, grammar)
         job = Job(key=key, request=request, prompt_ids=ids, clock=clock, plan=Plan(
             prompt_tokens=len(ids), predicted_tokens=known or 0,
             predictor='' if known else PENDING), spread=spread,
@@ -138,6 +141,39 @@ class Admission:
         took = time.monotonic() - start
         self.predict_s = took if not self.predict_s else 0.8 * self.predict_s + 0.2 * took
         return predicted, '', None
+
+    def _grammar_length(self, pipeline, request, grammar: str) -> tuple | None:
+        """Return (length, note, spread) from earlier answers under this grammar, or None.
+
+        None for free text, a caller's own length, or fewer than
+        ``learning.SCHEMA_FINISHED_MIN`` earlier answers that ended by themselves.
+        """
+        if not grammar or request.expected_tokens > 0 \
+                or not isinstance(pipeline.planner, TimeBillPlanner):
+            return None
+        spread = self.server.learning.grammar_lengths(grammar, request.max_new_tokens)
+        if spread is None:
+            return None
+        median = max(1, round(spread.quantile(0.5, 0.0)))
+        kind = 'schema' if request.output.json_schema else 'grammar'
+        return median, (f'length from the spread of {spread.samples[0]} earlier answers to '
+                        f'this {kind} (median {median} tokens), not the predictor'), spread
+
+    def _at_least_shortest(self, known, how: str, request, grammar: str) -> tuple:
+        """Return (length, note) raised to the grammar's shortest whole answer.
+
+        A schema with required fields cannot be answered in fewer tokens: a free-text
+        prediction below that would plan a goal too tight.
+        """
+        if not grammar or not known or request.expected_tokens > 0:
+            return known, how
+        shortest = min(self.server.grammars.shortest_answer(grammar), request.max_new_tokens)
+        if known >= shortest:
+            return known, how
+        kind = 'schema' if request.output.json_schema else 'grammar'
+        raised = (f'{known} answer tokens predicted, planned for {shortest}: the shortest '
+                  f'answer the {kind} allows')
+        return shortest, '; '.join(filter(None, [how, raised]))
 
     def _skipped(self, pipeline, left_s: float) -> tuple:
         """Return (length, note, spread) of a goal planned without its length predictor."""
@@ -363,7 +399,8 @@ class Admission:
         predictor = self.server.predictor
 
         def plan_from(hidden) -> Plan:
-            predicted = predictor.predict_from_hidden(hidden, request)
+            predicted, raised = self._at_least_shortest(
+                predictor.predict_from_hidden(hidden, request), '', request, job.grammar)
             try:
                 plan = pipeline.planner.plan(request, n_prompt, left, predicted,
                                              timing=cached(pipeline, job, timing))
@@ -373,7 +410,8 @@ class Admission:
                     raise
                 plan = replace(exc.plan, note=f'best effort (Kill, no goal waiting): '
                                               f'{exc.reason}')
-            job.plan = replanned(plan, f'in prefill: {predicted} answer tokens predicted')
+            job.plan = replanned(plan, raised or f'in prefill: {predicted} answer tokens '
+                                                 'predicted')
             return job.plan  # admission now sees the predicted length of a running goal
         return plan_from
 

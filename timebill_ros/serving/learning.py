@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections import deque
+from collections import deque, OrderedDict
 from dataclasses import replace
 import threading
 
 from timebill_ros.core.execution import JobResult
 from timebill_ros.core.length import observed_distribution
-from timebill_ros.core.planning import MIXED
+from timebill_ros.core.planning import GRAMMAR_ANSWERS, MIXED
+from timebill_ros.core.output import StopReason
 from timebill_ros.core.request import Mode, Outcome
 from timebill_ros.core.telemetry import GoalRecord, Telemetry
 from timebill_ros.serving.backend import FULL_LANE
@@ -19,6 +20,11 @@ TYPICAL_WEIGHT = 0.1
 # how many must have finished by themselves before it replaces the predictor's own.
 RECENT_ANSWERS = 64
 RECENT_FINISHED_MIN = 8
+# Answers kept per schema or grammar (for that many grammars, least recently used out),
+# and how many must have ended by themselves before their spread plans the next goal.
+SCHEMA_ANSWERS = 32
+SCHEMA_GRAMMARS = 64
+SCHEMA_FINISHED_MIN = 3
 
 
 class Learning:
@@ -36,6 +42,8 @@ class Learning:
         # (tokens, ended by itself, max_new_tokens) of the recent answers that ran.
         self._recent = deque(maxlen=RECENT_ANSWERS)
         self._spread = None  # their distribution, made on first use after a change
+        # compiled grammar -> (tokens, ended by itself) of the answers under it
+        self._by_grammar: OrderedDict = OrderedDict()
 
     def accepted(self) -> None:
         """Count a goal queued."""
@@ -71,6 +79,10 @@ class Learning:
                     and not result.prefill_tokens:
                 self._answer_ran(result.tokens, result.outcome == Outcome.COMPLETED,
                                  job.request.max_new_tokens)
+                if getattr(job, 'grammar', ''):
+                    # Closed or cut at max_new_tokens: the model would have gone on.
+                    self._grammar_answer(job.grammar, result.tokens,
+                                         result.stop_reason == StopReason.END_OF_ANSWER)
             if result.outcome == Outcome.COMPLETED:
                 # Only finished answers have a true length (a killed one was cut short).
                 self.typical_tokens += TYPICAL_WEIGHT * (result.tokens - self.typical_tokens)
@@ -85,6 +97,33 @@ class Learning:
     def _answer_ran(self, tokens: int, ended: bool, cap: int) -> None:
         self._recent.append((tokens, ended, cap))
         self._spread = None
+
+    def grammar_answer_ran(self, grammar: str, tokens: int, ended: bool) -> None:
+        """Count an answer of ``tokens`` under a compiled grammar (``ended`` by itself)."""
+        with self._lock:
+            self._grammar_answer(grammar, tokens, ended)
+
+    def _grammar_answer(self, grammar: str, tokens: int, ended: bool) -> None:
+        answers = self._by_grammar.pop(grammar, None) or deque(maxlen=SCHEMA_ANSWERS)
+        answers.append((tokens, ended))
+        self._by_grammar[grammar] = answers  # most recently used last
+        while len(self._by_grammar) > SCHEMA_GRAMMARS:
+            self._by_grammar.popitem(last=False)
+
+    def grammar_lengths(self, grammar: str, ceiling: int):
+        """Return the spread of earlier answers under this schema or grammar, or None.
+
+        None until ``SCHEMA_FINISHED_MIN`` of them ended by themselves; answers closed
+        or cut at their cap count as longer (``observed_distribution``; ``ceiling``
+        is where the unknown tail goes: the goal's own cap).
+        """
+        with self._lock:
+            answers = list(self._by_grammar.get(grammar, ()))
+        finished = [tokens for tokens, ended in answers if ended]
+        if len(finished) < SCHEMA_FINISHED_MIN:
+            return None
+        cut = [tokens for tokens, ended in answers if not ended]
+        return observed_distribution(finished, cut, ceiling, source=GRAMMAR_ANSWERS)
 
     def recent_lengths(self, prior):
         """Return the spread of recent answer lengths to plan on without a prediction.
