@@ -61,6 +61,16 @@ class Job:
     # llguidance's compiled schema or grammar ('' = free text).
     grammar: str = ''
 
+    @property
+    def answer_form(self) -> str:
+        """Return what earlier answers of this form are kept under ('' = free text).
+
+        The compiled grammar locally; a replica compiles its own, so there the goal's
+        schema or grammar text.
+        """
+        output = self.request.output
+        return self.grammar or output.json_schema or output.grammar
+
     def waiting(self) -> Waiting:
         """Return what a scheduler orders this job by.
 

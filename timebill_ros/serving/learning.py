@@ -79,9 +79,9 @@ class Learning:
                     and not result.prefill_tokens:
                 self._answer_ran(result.tokens, result.outcome == Outcome.COMPLETED,
                                  job.request.max_new_tokens)
-                if getattr(job, 'grammar', ''):
+                if job.answer_form:
                     # Closed or cut at max_new_tokens: the model would have gone on.
-                    self._grammar_answer(job.grammar, result.tokens,
+                    self._grammar_answer(job.answer_form, result.tokens,
                                          result.stop_reason == StopReason.END_OF_ANSWER)
             if result.outcome == Outcome.COMPLETED:
                 # Only finished answers have a true length (a killed one was cut short).

@@ -82,7 +82,10 @@ class RemoteServer:
 
     def _plan(self, job: Job, done_tokens: int = 0) -> tuple:
         """Return (replica, plan) for the goal's tokens left now; raise Rejection."""
-        return plan_on_pool(self.pool, self.learning.recent_lengths(None),
+        cap = job.request.max_new_tokens
+        spread = (job.answer_form and self.learning.grammar_lengths(job.answer_form, cap)) \
+            or self.learning.recent_lengths(None)  # a schema's own answers say more
+        return plan_on_pool(self.pool, spread,
                             self.learning.typical_tokens, len(job.prompt_ids) + done_tokens,
                             job.request.max_new_tokens - done_tokens, job.clock.remaining(),
                             self.config)

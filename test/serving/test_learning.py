@@ -1,0 +1,52 @@
+"""Learning: answer lengths kept per schema or grammar, apart from free text's."""
+
+import json
+
+from timebill_ros.core.deadline import DeadlineClock
+from timebill_ros.core.execution import JobResult
+from timebill_ros.core.output import StopReason
+from timebill_ros.core.planning import Plan
+from timebill_ros.core.request import GoalSpec, Limits, Outcome, validate
+from timebill_ros.serving.jobs import Job
+from timebill_ros.serving.learning import Learning, SCHEMA_GRAMMARS
+
+SCHEMA = json.dumps({'type': 'object', 'required': ['go'],
+                     'properties': {'go': {'type': 'boolean'}}})
+
+
+def job(schema='', grammar=''):
+    request = validate(GoalSpec('Go?', budget_s=5.0, max_new_tokens=40, json_schema=schema),
+                       Limits())
+    return Job(key='k', request=request, prompt_ids=[1, 2], clock=DeadlineClock.start(5.0),
+               plan=Plan(), grammar=grammar)
+
+
+def ran(tokens, outcome=Outcome.COMPLETED, stop=StopReason.END_OF_ANSWER):
+    return JobResult(outcome=outcome, deadline_met=True, reason='', tokens=tokens,
+                     prefill_s=0.01, stop_reason=stop)
+
+
+def test_answers_under_a_schema_give_its_own_spread_once_three_ended_by_themselves():
+    learning = Learning(window=16, dtype='float32')
+    remote = job(schema=SCHEMA)  # a replica's goal: keyed by its schema text
+    assert remote.answer_form == SCHEMA and job(grammar='compiled').answer_form == 'compiled'
+    learning.count(remote, ran(9, Outcome.KILLED, StopReason.CLOSED_AT_DEADLINE))
+    learning.count(remote, ran(10))
+    learning.count(remote, ran(40, stop=StopReason.MAX_TOKENS))  # capped: longer
+    learning.count(job(), ran(3))  # free text stays out of it
+    learning.count(remote, ran(12))
+    assert learning.grammar_lengths(SCHEMA, 40) is None  # two ended by themselves
+    learning.count(remote, ran(14))
+    spread = learning.grammar_lengths(SCHEMA, 40)
+    assert spread.source == 'answers to this schema' and spread.samples == (5,)
+    assert spread.quantile(0.5, 0.0) == 12 and spread.quantile(1.0, 0.0) == 40
+
+
+def test_only_the_most_recently_used_grammars_are_kept():
+    learning = Learning(window=16, dtype='float32')
+    for index in range(SCHEMA_GRAMMARS + 1):
+        learning.grammar_answer_ran(f'g{index}', 5, True)
+    learning.grammar_answer_ran('g1', 5, True)  # used again: kept
+    learning.grammar_answer_ran('new', 5, True)
+    assert 'g0' not in learning._by_grammar and 'g2' not in learning._by_grammar
+    assert 'g1' in learning._by_grammar and len(learning._by_grammar) == SCHEMA_GRAMMARS
