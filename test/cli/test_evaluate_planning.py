@@ -75,3 +75,17 @@ def test_reruns_jitter_turns_a_time_into_a_share_of_runs_that_meet():
     assert ev.met_share(1.0, 1.1, [0.9, 1.0, 1.2]) == pytest.approx(2 / 3)
     assert ev.met_share(1.0, 0.5, [0.9, 1.0, 1.2]) == 0.0
     assert ev.met_share(1.0, 1.0, []) == 1.0  # no reruns: the trace's own time
+
+
+def test_auto_runs_a_goal_it_would_refuse_as_best_effort_as_the_idle_node_does():
+    # 0.22 s: after 0.12 s of admission two answer tokens fit on llama.cpp, the answer
+    # has 21: refused on P(fit), and run anyway (Kill) on the node, idle between goals.
+    run = report()
+    run['tiers'].append('0.11x')
+    run['table']['0.11x'] = {s: {'met': 0, 'goals': 2} for s in run['strategies']}
+    amd = ev.evaluate(run)['machines']['amd-epyc-2c']['tiers']
+    assert amd['0.11x']['AUTO']['choices'] == {'llama.cpp-q4_1': 2}
+    strict = ev.evaluate(run, {'idle_best_effort': False})
+    assert strict['machines']['amd-epyc-2c']['tiers']['0.11x']['AUTO']['choices'] == \
+        {'refused': 2}
+    assert strict['policy']['idle_best_effort'] is False

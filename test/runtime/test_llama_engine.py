@@ -131,6 +131,16 @@ def test_goals_batched_in_one_lane_keep_their_solo_answers(engine, tokenizer):
     assert len(engine.model._free) == 3  # every sequence's cells were freed
 
 
+def test_a_goal_that_ends_on_its_first_token_frees_its_sequence(engine, tokenizer):
+    # One token (or a goal stopped at its first token) never joins a lane; its
+    # sequence must still be released, or the fourth such goal finds none free.
+    ids = prompt_ids(tokenizer, 'Stop the robot.')
+    for _ in range(5):
+        tokens, _ = answer(engine, ids, 1)
+        assert len(tokens) == 1
+    assert len(engine.model._free) == 3
+
+
 def test_a_variant_is_made_once_by_llamas_quantizer(tmp_path, tokenizer):
     source = embedded_gguf()
     assert gguf_variant(source, 'q4_1', tmp_path) == source  # the shipped format itself

@@ -61,6 +61,9 @@ class ScriptedLane:
     def leave(self, key):
         del self.members[key]
 
+    def discard(self, cache):
+        self.backend.discarded.append(cache)
+
     def step(self, feed, budgets=None):
         self.backend.clock.t += self.step_s
         out = {}
@@ -116,7 +119,7 @@ class ScriptedBackend:
         self.fast_step = fast_step  # the step time after a switch of precision
         # Prefill chunks, one step each (an int, or prompt -> chunks).
         self.chunks = chunks if callable(chunks) else (lambda ids: chunks)
-        self.abandoned = 0
+        self.abandoned, self.discarded = 0, []
 
     def begin_prefill(self, prompt_ids, plan, decide=None):
         return ScriptedPrefill(self, self.chunks(prompt_ids), plan, decide)
@@ -176,6 +179,16 @@ def test_completes_in_time_and_text_is_the_deltas():
     assert result.outcome == Outcome.COMPLETED and result.deadline_met
     assert result.text == ''.join(d for d, _, _ in seen) == 'w0 w1 w2 w3 w4 '
     assert seen[0][2] == 1.0 - 0.01
+
+
+def test_a_goal_that_ends_on_its_first_token_discards_its_cache():
+    clock = ScriptedClock()
+    backend = ScriptedBackend(clock, 0.01, words=5)
+    result, seen = run(backend, request(max_new=1), clock)
+    assert result.outcome == Outcome.COMPLETED and result.tokens == 1
+    assert backend.discarded == ['cache']  # never joined a lane: the lane frees it
+    result, seen = run(backend, request(max_new=3), clock)
+    assert result.tokens == 3 and backend.discarded == ['cache']
 
 
 def test_kill_stops_at_first_boundary_after_deadline():

@@ -792,3 +792,46 @@ def test_a_schema_goal_is_planned_on_its_schemas_shortest_and_earlier_answers(
         assert other.predictor != 'answers to this schema' and other.predicted_tokens == 50
     finally:
         server.stop(timeout_s=30.0)
+
+
+def test_a_goal_refused_at_admission_runs_as_best_effort_only_on_an_idle_node(
+        loaded, tmp_path, synthetic_profile):
+    # 100 ms a step: the stand-in plans the whole 50-token cap (~5 s); 2 s fits ~17.
+    # The refusals are checked before any goal runs: the online ETE then learns the
+    # stand-in's real (far shorter) step and would plan the cap in time.
+    def spec(budget_s=2.0, policy=OverrunPolicy.KILL):
+        return GoalSpec('Go.', budget_s=budget_s, mode=int(Mode.AUTO), max_new_tokens=50,
+                        overrun_policy=int(policy))
+    server = profiled_server(loaded, tmp_path, synthetic_profile, 'edf')
+    try:
+        alone = server.admit(spec(), 'alone')
+        note = alone.plan.note
+        assert note.startswith('best effort (Kill, node idle): cannot meet the deadline'), note
+        assert not alone.plan.feasible and 1 <= alone.plan.fits_tokens < 50
+        # Skip-Next would run past the deadline; no token fits 5 ms: refused.
+        with pytest.raises(Rejection, match='cannot meet the deadline'):
+            server.admit(spec(policy=OverrunPolicy.SKIP_NEXT), 'skip')
+        with pytest.raises(Rejection, match='cannot meet the deadline: predicted 50 answer '
+                                            'tokens .*; 0 fit'):
+            server.admit(spec(budget_s=0.005), 'hopeless')
+        server.submit(alone)
+        wait_all([alone])
+        assert alone.result.outcome in (Outcome.COMPLETED, Outcome.KILLED)
+        assert alone.result.tokens >= 1
+    finally:
+        server.stop(timeout_s=30.0)
+    busy = profiled_server(loaded, tmp_path, synthetic_profile, 'edf')
+    try:
+        with busy.assembly.model_lock:
+            hold_worker(busy)  # a goal runs: the node is not idle, others need it
+            with pytest.raises(Rejection, match='cannot meet the deadline'):
+                busy.admit(spec(), 'busy')
+    finally:
+        busy.stop(timeout_s=30.0)
+    strict = profiled_server(loaded, tmp_path, synthetic_profile, 'edf',
+                             idle_best_effort=False)
+    try:
+        with pytest.raises(Rejection, match='cannot meet the deadline'):
+            strict.admit(spec(), 'strict')
+    finally:
+        strict.stop(timeout_s=30.0)

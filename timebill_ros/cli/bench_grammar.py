@@ -1,4 +1,4 @@
-"""llguidance against xgrammar on this CPU: compile time, mask time per token, correctness.
+"""llguidance, xgrammar and llama.cpp's GBNF on this CPU: compile, mask per token, correctness.
 
 ``python -m timebill_ros.cli.bench_grammar --out results/grammar/<run>`` compiles the
 schema of every dev item of the structured-output workload (evaluation.schema_commands)
@@ -6,13 +6,15 @@ with each library for the node's tokenizer (cold, then cached), walks each item'
 reference answer token by token computing the mask before each token (the cost a goal
 pays per decode step), and checks correctness: every reference token legal and the
 answer complete at its end, and a wrong answer (an enum value outside the schema)
-refused. xgrammar is optional (``pip install xgrammar``; it pulls triton): without it only
-llguidance is measured. Writes bench.json and README.md (command, commit, date, CPU).
+refused. xgrammar is optional (``pip install xgrammar``; it pulls triton): without it it is
+left out. llama.cpp's own grammar sampler (``LlamaCppGbnf``) is the fallback compared
+against. Writes bench.json and README.md (command, commit, date, CPU).
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import datetime
 import json
 import statistics
@@ -92,6 +94,71 @@ class Xgrammar:
         return times, legal, matcher.is_terminated() or matcher.is_completed()
 
 
+class LlamaCppGbnf:
+    """llama.cpp's own grammar sampler (llama_ros's path): the schema as GBNF, one sampler.
+
+    The schema is converted by llama-cpp-python's ``json_schema_to_gbnf`` (its grammar
+    allows free whitespace: the node's spacing is one of its choices); llama.cpp parses
+    it when the sampler is made. The mask is ``llama_sampler_apply`` over a row of the
+    whole vocabulary (illegal tokens to -inf), on the embedded GGUF's own vocabulary.
+    """
+
+    name = 'llama.cpp GBNF'
+
+    def __init__(self, tokenizer, eos_ids):
+        from llama_cpp.llama_grammar import json_schema_to_gbnf
+        from timebill_ros.runtime.llama_engine import _llama
+        from timebill_ros.runtime.model import embedded_gguf
+        api = self.api = _llama()
+        params = api.llama_model_default_params()
+        params.vocab_only = True
+        self._model = api.llama_model_load_from_file(str(embedded_gguf()).encode(), params)
+        self.vocab = api.llama_model_get_vocab(self._model)
+        size = api.llama_vocab_n_tokens(self.vocab)
+        self.row = np.zeros(size, dtype=[('id', '<i4'), ('logit', '<f4'), ('p', '<f4')])
+        self.row['id'] = np.arange(size)
+        self.candidates = api.llama_token_data_array(
+            data=ctypes.cast(self.row.ctypes.data, api.llama_token_data_p), size=size,
+            selected=-1, sorted=False)
+        self.eos = sorted(eos_ids)[0]
+        self.to_gbnf = json_schema_to_gbnf
+
+    def _sampler(self, gbnf: bytes):
+        sampler = self.api.llama_sampler_init_grammar(self.vocab, gbnf, b'root')
+        if not sampler:
+            raise ValueError('llama.cpp did not parse the grammar')
+        return sampler
+
+    def compile(self, schema: str) -> bytes:
+        gbnf = self.to_gbnf(schema).encode()
+        self.api.llama_sampler_free(self._sampler(gbnf))  # llama.cpp parses it here
+        return gbnf
+
+    def _legal(self, sampler) -> np.ndarray:
+        self.row['logit'] = 0.0
+        self.candidates.size, self.candidates.selected = len(self.row), -1
+        self.api.llama_sampler_apply(sampler, ctypes.byref(self.candidates))
+        return np.isfinite(self.row['logit'])
+
+    def walk(self, compiled, ids) -> tuple:
+        """Return (mask seconds per token, all legal, complete at the end).
+
+        An illegal token is never accepted: llama.cpp's grammar throws on one.
+        """
+        sampler, times, legal = self._sampler(compiled), [], True
+        try:
+            for token in ids:
+                start = time.perf_counter()
+                mask = self._legal(sampler)
+                times.append(time.perf_counter() - start)
+                if not mask[token]:
+                    return times, False, False
+                self.api.llama_sampler_accept(sampler, token)
+            return times, legal, bool(self._legal(sampler)[self.eos])
+        finally:
+            self.api.llama_sampler_free(sampler)
+
+
 def measure(library, items, tokenizer) -> dict:
     """Return compile and mask times and correctness of one library over ``items``."""
     cold, warm, masks, legal, refused = [], [], [], 0, 0
@@ -162,7 +229,7 @@ def main(argv=None) -> int:
     loaded = load_model('embedded')
     dev, _ = split(schema_commands())
     rows = {}
-    for kind in (Llguidance, Xgrammar):
+    for kind in (Llguidance, Xgrammar, LlamaCppGbnf):
         try:
             start = time.perf_counter()
             library = kind(loaded.tokenizer, loaded.eos_ids)

@@ -237,8 +237,13 @@ class Replay:
             plan = planner.plan(request, loose['prompt_tokens'], budget - admission,
                                 round(self.spread.quantile(0.5, 0.0)) if length.skip else None,
                                 spread=self.spread if length.skip else None)
-        except Rejection:
-            return 0.0, 0.0, 'refused'
+        except Rejection as exc:
+            # The node's idle_best_effort: goals arrive one at a time here, so the node
+            # is idle and a Kill goal with a token that fits runs on its best option.
+            if not policy.get('idle_best_effort', True) or exc.plan is None \
+                    or exc.plan.fits_tokens < 1:
+                return 0.0, 0.0, 'refused'
+            plan = exc.plan
         option = self._option(plan)
         trace = {**self.traces[(item, option)], 'strategy': option, 'queue_s': 0.0}
         took = admission + trace_time(trace, machine)
@@ -271,6 +276,7 @@ def evaluate(report: dict, policy: dict | None = None) -> dict:
     config = NodeConfig()
     policy = {'fit_tolerance': config.fit_tolerance, **(policy or {})}
     share = policy.pop('predictor_share', config.predictor_share)
+    best_effort = policy.pop('idle_best_effort', config.idle_best_effort)
     replay = Replay(report)
     predicted = {t['item']: t['predicted'] for t in report['traces'] if t['strategy'] == 'AUTO'}
     length = RecordedLength('rlp (recorded)', LinearHead.load(SHIPPED_HEAD).distribution,
@@ -286,15 +292,16 @@ def evaluate(report: dict, policy: dict | None = None) -> dict:
                 for item in replay.full_s:
                     budget = replay.budget(tier, item)
                     if strategy == 'AUTO':
-                        results.append(replay.auto(planner, length, item, budget, machine,
-                                                   {'predictor_share': share}))
+                        results.append(replay.auto(
+                            planner, length, item, budget, machine,
+                            {'predictor_share': share, 'idle_best_effort': best_effort}))
                     else:
                         results.append(replay.fixed(strategy, item, budget, machine))
                 rows[strategy] = _row(results)
             tiers[tier] = rows
         out[machine.name] = {'source': machine.source, 'tiers': tiers}
     return {'machines': out, 'gap_points': _gap(report, out['amd-epyc-2c']['tiers']),
-            'policy': {**policy, 'predictor_share': share}}
+            'policy': {**policy, 'predictor_share': share, 'idle_best_effort': best_effort}}
 
 
 def _row(results: list) -> dict:

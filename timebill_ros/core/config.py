@@ -213,10 +213,12 @@ _TABLE = (
           'used up (linear decay; equal to start = fixed threshold).', 0.01, 1.0),
     Param('tpot_jitter', 0.15, 'P99 over mean time per output token assumed by the per-token '
           'deadline schedulability check.', 0.0, 5.0),
-    Param('idle_best_effort', True, 'A Kill goal whose plan, made during its prefill with '
-          'the length predicted there, has no chance still runs (killed at its deadline if '
-          'late) when no goal waits behind it: the prefill is spent and nobody waits, while '
-          'a refusal fails it for sure. false: refuse it (REJECTED) as before.'),
+    Param('idle_best_effort', True, 'A Kill goal whose plan has no chance still runs on '
+          'its best option (killed at its deadline if late) when the node is idle: at '
+          'admission when no goal runs or waits and that option fits at least one answer '
+          'token, and in its prefill (the plan made with the length predicted there) when '
+          'no goal waits behind it. An idle node loses nothing by trying, while a refusal '
+          'fails the goal for sure. false: refuse it (REJECTED).'),
     Param('min_switch_speedup', 1.5, 'MODE_AUTO plans a switch to auto_precision mid-answer '
           'only when its profiled decode step is at least this many times faster than the '
           "full model's: a switch changes the rest of the answer, and on a CPU where int8 "

@@ -89,6 +89,7 @@ class Plan:
     utilisation: float = 0.0
     # Admission: P(answer ends within the tokens that fit); why a cut was (not) used.
     fit_probability: float = 1.0
+    fits_tokens: int = 0  # answer tokens whose time fits under the chosen cut (0: none)
     note: str = ''
     # Weight precision of the decode steps ('' = the node's own dtype).
     precision: str = ''
@@ -569,7 +570,7 @@ class TimeBillPlanner:
             est_wcet_alpha_max_s=model.wcet(prompt_tokens, settings.alpha_max, worst),
             feasible=wcet <= goal.target,
             token_deadline_s=request.token_deadline_s, est_p99_tpot_s=p99,
-            utilisation=utilisation, fit_probability=fit, note=note,
+            utilisation=utilisation, fit_probability=fit, fits_tokens=fits, note=note,
             precision=cut.precision, fallback=self._reserve(request, goal, cut, worst),
             **cut.plan_fields(self.context))
         if closes_in_time(request, settings, fits):

@@ -56,6 +56,9 @@ class KeyedLane:
         """Remove a sequence."""
         del self._members[key]
 
+    def discard(self, cache) -> None:
+        """Drop a cache that never joined (a torch cache is freed with its last reference)."""
+
 
 @dataclass
 class _Member:
@@ -128,6 +131,9 @@ class BatchDecoder:
              layer.values[index:index + 1, :, start:].clone()) for layer in self._cache.layers])
         self.leave(key)
         return cache, member.position
+
+    def discard(self, cache) -> None:
+        """Drop a cache that never joined (a torch cache is freed with its last reference)."""
 
     def leave(self, key: str) -> None:
         """Remove a sequence (finished, killed or canceled); drop padding nobody needs."""

@@ -246,6 +246,10 @@ class LlamaLane(KeyedLane):
         cache, _ = self._members.pop(key)
         self.model.release(cache.seq_id)
 
+    def discard(self, cache) -> None:
+        """Free the KV cells of a sequence that never joined."""
+        self.model.release(cache.seq_id)
+
     def step(self, feed: dict, budgets: dict | None = None) -> dict:
         """Feed each sequence its token in one batch; return key -> LaneStep (logits)."""
         keys = list(feed)

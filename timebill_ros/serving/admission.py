@@ -71,7 +71,10 @@ class Admission:
             grammar=grammar)
         with dispatch.lock:
             dispatch.check_room_locked()
-            self._plan_in_queue(job, pipeline, known, pending)
+            try:
+                self._plan_in_queue(job, pipeline, known, pending)
+            except Rejection as exc:
+                job.plan = self._best_effort_or_raise(job, exc)
             if how:
                 job.plan = noted(job.plan, how)
             if job.prefix_tokens:
@@ -204,6 +207,17 @@ class Admission:
         return self.server.pipeline.planner.estimate_s(job.plan, self.expected_tokens(job),
                                                        timing)
 
+    def still_to_run_s(self, job: Job, timing, since: float, now: float) -> float:
+        """Return the expected time a running job still holds the model.
+
+        A Kill goal never runs past its deadline (a best-effort one planned longer is
+        killed there); a Skip-Next goal may.
+        """
+        rest = max(0.0, self.expected_s(job, timing) - (now - since))
+        if job.request.policy == OverrunPolicy.KILL:
+            rest = min(rest, max(0.0, job.clock.remaining(now)))
+        return rest
+
     def kv_of(self, job: Job) -> float:
         """Return a job's cache length halfway through its expected answer."""
         n_x = len(job.prompt_ids)
@@ -256,7 +270,7 @@ class Admission:
         waiting = [*dispatch.held.values(), *ahead]
         wait = sum(self.expected_s(other, model) for other in waiting)
         for running, since in dispatch.running.values():
-            wait += max(0.0, self.expected_s(running, model) - (now - since))
+            wait += self.still_to_run_s(running, model, since, now)
         job.plan = self._plan(job, pipeline, known, pending, wait, None, 1,
                               len(waiting) + len(dispatch.running))
         mine, start, pushed = self.expected_s(job, model), wait, []
@@ -290,7 +304,7 @@ class Admission:
         # The running goals' remaining time at the batch they decode in now.
         current = self.member_timing(pipeline, len(running), kv[1:len(running)], kv[0]) \
             if running else timing
-        left = [max(0.0, self.expected_s(other, current) - (now - since))
+        left = [self.still_to_run_s(other, current, since, now)
                 for other, since in running][:size]
         closing = [rest for (other, _), rest in zip(running, left)
                    if closes_batch(other.request.policy)]
@@ -364,8 +378,10 @@ class Admission:
                                          timing=cached(pipeline, job, timing),
                                          spread=job.spread)
         except Rejection as exc:
-            raise Rejection(f'after {job.clock.elapsed():.3f} s in queue: {exc.reason}',
-                            job.plan) from None
+            plan = self._best_effort_alone(job.request, timing, exc)
+            if plan is None:
+                raise Rejection(f'after {job.clock.elapsed():.3f} s in queue: {exc.reason}',
+                                job.plan) from None
         plan = replanned(plan, f'at dispatch: {why}')
         return (noted(plan, prefix_note(job)) if job.prefix_tokens else plan), None
 
@@ -405,21 +421,44 @@ class Admission:
                 plan = pipeline.planner.plan(request, n_prompt, left, predicted,
                                              timing=cached(pipeline, job, timing))
             except Rejection as exc:
-                # Only alone: in a batch its steps would slow the running goals.
-                if timing is not None or exc.plan is None or not self._best_effort_now(request):
+                plan = self._best_effort_alone(request, timing, exc)
+                if plan is None:
                     raise
-                plan = replace(exc.plan, note=f'best effort (Kill, no goal waiting): '
-                                              f'{exc.reason}')
             job.plan = replanned(plan, raised or f'in prefill: {predicted} answer tokens '
                                                  'predicted')
             return job.plan  # admission now sees the predicted length of a running goal
         return plan_from
 
-    def _best_effort_now(self, request) -> bool:
-        """Tell whether a goal refused in its prefill runs anyway (``idle_best_effort``)."""
-        if not self.config.idle_best_effort or request.policy != OverrunPolicy.KILL:
-            return False
-        return self.server.dispatch.waiting() == 0
+    def _best_effort_or_raise(self, job: Job, exc: Rejection) -> Plan:
+        """Return the plan a refused goal runs on anyway on an idle node; else re-raise.
+
+        ``idle_best_effort``: a Kill goal whose best chance (the option fitting the
+        largest share of its planned answer) fits at least one answer token runs on it
+        when no goal runs, waits or is being admitted (lock held): the idle node loses
+        nothing by trying, it is killed at its deadline if late, and a refusal would
+        fail a goal the fastest engine may still answer. Refused only when no option
+        fits a token, or when other goals need the node.
+        """
+        dispatch = self.server.dispatch
+        idle = not (dispatch.running or dispatch.held or len(dispatch.queue))
+        plan = exc.plan
+        if plan is None or plan.fits_tokens < 1 or not idle or not self.config.idle_best_effort \
+                or job.request.policy != OverrunPolicy.KILL:
+            raise exc
+        return replace(plan, note=f'best effort (Kill, node idle): {exc.reason}')
+
+    def _best_effort_alone(self, request, timing, exc: Rejection) -> Plan | None:
+        """Return the plan a goal refused as it starts runs on anyway, or None.
+
+        ``idle_best_effort``, for a Kill goal that starts alone (in a batch its steps
+        would slow the running goals) with no goal waiting, on its best chance when that
+        fits at least one answer token.
+        """
+        if timing is not None or exc.plan is None or exc.plan.fits_tokens < 1 \
+                or not self.config.idle_best_effort or request.policy != OverrunPolicy.KILL \
+                or self.server.dispatch.waiting():
+            return None
+        return replace(exc.plan, note=f'best effort (Kill, no goal waiting): {exc.reason}')
 
 
 def cached(pipeline, job: Job, timing):

@@ -39,6 +39,9 @@ class Lane(Protocol):
     def leave(self, key: str) -> None:
         """Remove a sequence (finished, killed, canceled)."""
 
+    def discard(self, cache) -> None:
+        """Free a prefilled cache that never joined (its goal ended on the first token)."""
+
     def step(self, feed: dict, budgets: dict | None = None) -> dict:
         """Feed each sequence its token; return key -> runtime.batch.LaneStep."""
 

@@ -322,6 +322,7 @@ class DecodeLoop:
             return
         stats.batch_peak = max(stats.batch_peak, len(self.members) + 1)
         if not member.emit(self._pick(member, logits), backend.eos_ids, backend.clock()):
+            lane.discard(cache)  # ended on its first token: a llama.cpp sequence is no garbage
             member.end(member.finished())
             return
         lane.join(member.key, cache, prompt_tokens)
