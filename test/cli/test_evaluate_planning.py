@@ -89,3 +89,18 @@ def test_auto_runs_a_goal_it_would_refuse_as_best_effort_as_the_idle_node_does()
     assert strict['machines']['amd-epyc-2c']['tiers']['0.11x']['AUTO']['choices'] == \
         {'refused': 2}
     assert strict['policy']['idle_best_effort'] is False
+
+
+def test_main_writes_each_run_into_a_new_folder_and_never_overwrites(tmp_path):
+    import json
+    run = tmp_path / 'robot_2'
+    run.mkdir()
+    (run / 'bench.json').write_text(json.dumps(report()))
+    out = tmp_path / 'strict'
+    assert ev.main([str(run), '--out', str(out), '--no-idle-best-effort']) == 0
+    written = json.loads((out / 'robot_2' / 'evaluation.json').read_text())
+    assert written['policy']['idle_best_effort'] is False
+    assert 'no-idle-best-effort' in (out / 'robot_2' / 'EVALUATION.md').read_text()
+    assert not (run / 'evaluation.json').exists()  # the run's own folder is untouched
+    with pytest.raises(SystemExit, match='never overwritten'):
+        ev.main([str(run), '--out', str(out)])

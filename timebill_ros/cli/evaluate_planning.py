@@ -1,6 +1,7 @@
 """Trace-driven evaluation of planning policies on machine profiles (seconds, not hours).
 
-``python -m timebill_ros.cli.evaluate_planning results/engines/<run>`` reads the traces a
+``python -m timebill_ros.cli.evaluate_planning results/engines/<run> ... --out <new folder>``
+reads the traces a
 ``bench_engines`` run recorded through the node: per held-out item and resident option,
 the loose run's answer (its length and token-F1 to float32's), admission, prefill and
 decode seconds, and the length AUTO's predictor gave. It replays every strategy at every
@@ -17,7 +18,7 @@ Machine profiles scale each option's prefill and decode relative to the machine 
 traces came from. ``amd-epyc-2c`` is that machine (factor 1): its predicted met counts
 are checked against the ones measured through the node (the report gives the gap per
 tier in points). The others say where their figures come from. Writes evaluation.json
-and EVALUATION.md into the run's folder.
+and EVALUATION.md per run into a new folder (runs are never overwritten).
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ import json
 from pathlib import Path
 import statistics
 import sys
+import time
 
+from timebill_ros.cli import common
 from timebill_ros.core.length import observed_distribution
 from timebill_ros.evaluation import metrics
 
@@ -358,17 +361,30 @@ def markdown(report: dict, evaluation: dict) -> str:
 
 
 def main(argv=None) -> int:
-    """Evaluate one bench_engines run and write evaluation.json and EVALUATION.md beside it."""
+    """Evaluate bench_engines runs; write evaluation.json and EVALUATION.md to a new folder."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('run', help='a bench_engines results folder (bench.json)')
+    parser.add_argument('runs', nargs='+', help='bench_engines results folders (bench.json)')
+    parser.add_argument('--out', help=f'{common.OUT_HELP}; one sub-folder per run')
+    parser.add_argument('--no-idle-best-effort', action='store_true',
+                        help='replay AUTO with idle_best_effort false (refuse what does '
+                             'not fit even on an idle node)')
     args = parser.parse_args(argv)
-    folder = Path(args.run)
-    report = json.loads((folder / 'bench.json').read_text())
-    evaluation = evaluate(report)
-    (folder / 'evaluation.json').write_text(json.dumps(evaluation, indent=1) + '\n')
-    text = markdown(report, evaluation)
-    (folder / 'EVALUATION.md').write_text(text + '\n', encoding='utf-8')
-    print(text)
+    out = common.claim_out(args.out, 'evaluate_planning')
+    policy = {'idle_best_effort': False} if args.no_idle_best_effort else {}
+    command = 'python -m timebill_ros.cli.evaluate_planning ' + ' '.join(argv or sys.argv[1:])
+    for run in args.runs:
+        folder = Path(run)
+        report = json.loads((folder / 'bench.json').read_text())
+        evaluation = evaluate(report, dict(policy))
+        target = out / folder.name
+        target.mkdir(parents=True, exist_ok=True)
+        (target / 'evaluation.json').write_text(json.dumps(evaluation, indent=1) + '\n')
+        text = (f'Command: `{command}` (commit {common.commit()}, '
+                f'{time.strftime("%Y-%m-%d")}, {common.machine()}); '
+                f'policy: {evaluation["policy"]}.\n\n'
+                + markdown(report, evaluation))
+        (target / 'EVALUATION.md').write_text(text + '\n', encoding='utf-8')
+        print(text)
     return 0
 
 
