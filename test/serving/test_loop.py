@@ -218,6 +218,18 @@ def test_kill_overruns_by_at_most_the_first_chunk_which_has_no_timing_yet():
     assert '1 of 10 prompt tokens' in result.reason and 'past it' in result.reason
 
 
+def test_the_first_chunk_is_timed_from_the_plans_prefill_estimate():
+    clock = ScriptedClock()
+    backend = ScriptedBackend(clock, 0.3, words=50, chunks=10)
+    planned = Plan(est_prefill_s=3.0)  # 0.3 s a chunk: the first would end past 0.2 s
+    result, _ = run(backend, request(budget=0.2), clock, plan=planned)
+    assert result.outcome == Outcome.KILLED and result.e2e_s == pytest.approx(0.0)
+    assert '0 of 10 prompt tokens' in result.reason and 'before the deadline' in result.reason
+    # Fits by the estimate: it runs (and decodes) as before.
+    result, _ = run(backend, request(budget=4.0, max_new=2), clock, plan=planned)
+    assert result.outcome == Outcome.COMPLETED and result.deadline_met
+
+
 def test_a_prefill_that_fits_is_not_stopped_early():
     clock = ScriptedClock()
     result, _ = run(ScriptedBackend(clock, 0.3, words=1, chunks=3), request(budget=1.25), clock)

@@ -35,7 +35,7 @@ LIVE = frozenset({
     'miss_rate_error', 'hardware_id', 'alpha_max', 'infeasible', 'plan_quantile',
     'admit_probability', 'yield_when_late', 'fit_tolerance', 'predictor_share',
     'min_cut_saving', 'auto_early_exit', 'deadline_closure', 'tpot_jitter', 'idle_best_effort',
-    'min_switch_speedup', 'time_margin'})
+    'min_switch_speedup', 'time_margin', 'context_reduction'})
 
 _TABLE = (
     Param('model', 'embedded', "Model source: 'embedded' (SmolLM2-135M-Instruct from the "
@@ -219,6 +219,11 @@ _TABLE = (
           'token, and in its prefill (the plan made with the length predicted there) when '
           'no goal waits behind it. An idle node loses nothing by trying, while a refusal '
           'fails the goal for sure. false: refuse it (REJECTED).'),
+    Param('context_reduction', True, 'A MODE_AUTO goal with context that no option can '
+          'serve by its deadline is planned again with its context reduced before prefill: '
+          'the sentences BM25 ranks most relevant to its instruction, kept in order, at '
+          '1/2, 1/4 or 1/8 of its characters (the largest share that fits; the plan note '
+          "says which and the share's measured fidelity). false: refuse it."),
     Param('min_switch_speedup', 1.5, 'MODE_AUTO plans a switch to auto_precision mid-answer '
           'only when its profiled decode step is at least this many times faster than the '
           "full model's: a switch changes the rest of the answer, and on a CPU where int8 "

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 import time
 
+from timebill_ros.core.context import ContextCutTable, KEEP_SHARES, reduce_context
 from timebill_ros.core.deadline import closes_batch, DeadlineClock
 from timebill_ros.core.execution import PrefillDecision
 from timebill_ros.core.planning import PENDING, Plan, TimeBillPlanner
@@ -36,6 +37,7 @@ class Admission:
         self.server = server
         self.predict_s = 0.0  # running mean of the length predictor's cost at admission
         self._prior = (None, None)  # (predictor calibration, its marginal), made once
+        self.context_cut = ContextCutTable.load()  # fidelity per kept share of context
 
     @property
     def config(self):
@@ -74,7 +76,10 @@ class Admission:
             try:
                 self._plan_in_queue(job, pipeline, known, pending)
             except Rejection as exc:
-                job.plan = self._best_effort_or_raise(job, exc)
+                try:
+                    self._reduce_context_or_raise(job, pipeline, known, pending, exc)
+                except Rejection:
+                    job.plan = self._best_effort_or_raise(job, exc)
             if how:
                 job.plan = noted(job.plan, how)
             if job.prefix_tokens:
@@ -428,6 +433,45 @@ class Admission:
                                                  'predicted')
             return job.plan  # admission now sees the predicted length of a running goal
         return plan_from
+
+    def _reduce_context_or_raise(self, job: Job, pipeline, known, pending: bool,
+                                 refused: Rejection) -> None:
+        """Plan a refused MODE_AUTO goal again on less of its context (lock held).
+
+        ``context_reduction``: the largest share of KEEP_SHARES whose reduced prompt
+        (core.context.reduce_context) fits becomes the goal's prompt, with the reason in
+        its plan's note; when none fits the goal is as it was and ``refused`` is raised.
+        """
+        request = job.request
+        if not self.config.context_reduction or request.mode != Mode.AUTO \
+                or not request.context.strip():
+            raise refused
+        loaded, before = self.server.loaded, (request, job.prompt_ids, job.prefix_tokens)
+        cached = getattr(pipeline.engine, 'cached_prefix', lambda ids: 0)
+        for keep in KEEP_SHARES:
+            reduced = reduce_context(request.context, request.instruction, keep)
+            if reduced.kept >= reduced.total:
+                continue
+            job.request = replace(request, context=reduced.text)
+            job.prompt_ids = request_prompt_ids(loaded.tokenizer, job.request,
+                                                loaded.tokenizer_lock)
+            job.prefix_tokens = cached(job.prompt_ids)
+            job.plan = replace(job.plan, prompt_tokens=len(job.prompt_ids))
+            try:
+                self._plan_in_queue(job, pipeline, known, pending)
+            except Rejection:
+                continue
+            quality = self.context_cut.of(keep)
+            job.plan = noted(job.plan, (
+                f'context reduced to the {reduced.kept} of {reduced.total} sentences BM25 '
+                f'ranks closest to the instruction ({keep:g} of its characters, '
+                f'{len(job.prompt_ids)} of {len(before[1])} prompt tokens'
+                + (f'; {quality:.0%} of right answers kept in measurement' if quality
+                   is not None else '') + f'): the whole context did not fit: '
+                f'{refused.reason}'))
+            return
+        job.request, job.prompt_ids, job.prefix_tokens = before
+        raise refused
 
     def _best_effort_or_raise(self, job: Job, exc: Rejection) -> Plan:
         """Return the plan a refused goal runs on anyway on an idle node; else re-raise.

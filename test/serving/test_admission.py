@@ -1,0 +1,94 @@
+"""Admission's context reduction: a refused AUTO goal is planned again on less context."""
+
+import pytest
+
+from timebill_ros.core.config import NodeConfig
+from timebill_ros.core.profile import Profile
+from timebill_ros.core.request import GoalSpec, Mode, Outcome, OverrunPolicy, Rejection
+from timebill_ros.runtime.model import load_model
+from timebill_ros.serving.assembly import Assembly
+from timebill_ros.serving.server import Server
+
+NEEDLE = 'The bay code for dock 7 is 4412.'
+FILLER = ['Forklift {i} returned to the charging row after its shift.',
+          'Aisle {i} was swept and the floor sensors reported no spill.',
+          'The gate camera logged truck {i} leaving the yard on time.']
+CONTEXT = ' '.join([FILLER[i % 3].format(i=i) for i in range(60)][:30] + [NEEDLE]
+                   + [FILLER[i % 3].format(i=i) for i in range(60)][30:])
+QUESTION = 'What is the bay code for dock 7?'
+PREFILL_PER_TOKEN_S, STEP_S = 0.002, 0.01
+
+
+class Log:
+    def info(self, msg):
+        pass
+
+    warning = error = info
+
+
+@pytest.fixture(scope='module')
+def loaded():
+    return load_model('tiny-random')
+
+
+def server(loaded, tmp_path, **params):
+    """Return a server whose ETE says 2 ms a prompt token and 10 ms a decode step."""
+    def prefill(n):
+        return 0.01 + PREFILL_PER_TOKEN_S * n
+    Profile(model='tiny-random', device='cpu', dtype='float32',
+            coefficients={'a': 0.0, 'b': PREFILL_PER_TOKEN_S, 'c': 0.01, 'p': 0.0,
+                          'q': STEP_S},
+            prefill_points=[[n, prefill(n)] for n in (16, 256, 2048)],
+            decode_points=[[n, STEP_S] for n in (16, 256, 2048)]).save(tmp_path / 'p.yaml')
+    config = NodeConfig.from_dict({
+        'model': 'tiny-random', 'calibrate_on_start': False, 'warm_up': False,
+        'length_predictor': 'max-new-tokens', 'auto_precision': '',
+        'profile': str(tmp_path / 'p.yaml'), **params})
+    return Server(Assembly(config, loaded, Log()), lambda *args: None, 'edf')
+
+
+def spec(budget_s, mode=Mode.AUTO):
+    return GoalSpec(QUESTION, CONTEXT, budget_s=budget_s, mode=int(mode), max_new_tokens=5,
+                    overrun_policy=int(OverrunPolicy.KILL))
+
+
+def whole_prompt_tokens(node):
+    return len(node.dry_run(spec(600.0)).prompt_ids)
+
+
+def test_a_goal_whose_context_cannot_be_prefilled_in_time_keeps_its_relevant_part(
+        loaded, tmp_path):
+    node = server(loaded, tmp_path)
+    try:
+        tokens = whole_prompt_tokens(node)
+        # A third of the prompt's prefill plus the answer fits (a 10 % margin): the whole
+        # and half of the context do not, a quarter or an eighth does (the template and
+        # the question come on top of the kept share).
+        budget = (0.3 * tokens * PREFILL_PER_TOKEN_S + 5 * STEP_S) / 0.9
+        job = node.admit(spec(budget), 'reduced')
+        assert NEEDLE in job.request.context and len(job.request.context) < len(CONTEXT) / 3
+        assert len(job.prompt_ids) < tokens / 3 and job.plan.prompt_tokens == len(job.prompt_ids)
+        note = job.plan.note
+        assert 'context reduced to the' in note and 'the whole context did not fit' in note
+        assert '0.25 of its characters' in note or '0.125 of its characters' in note
+        # Nothing fits even an eighth of the context: refused, the context untouched.
+        # (Checked before a goal runs: the online ETE then learns the stand-in's speed.)
+        with pytest.raises(Rejection, match='cannot meet the deadline'):
+            node.admit(spec(0.02), 'hopeless')
+        node.submit(job)
+        assert job.done.wait(60.0)
+        assert job.result.outcome in (Outcome.COMPLETED, Outcome.KILLED)
+    finally:
+        node.stop(timeout_s=30.0)
+
+
+def test_without_context_reduction_a_goal_whose_context_does_not_fit_is_refused(
+        loaded, tmp_path):
+    node = server(loaded, tmp_path, context_reduction=False, idle_best_effort=False)
+    try:
+        tokens = whole_prompt_tokens(node)
+        budget = (0.3 * tokens * PREFILL_PER_TOKEN_S + 5 * STEP_S) / 0.9
+        with pytest.raises(Rejection, match='cannot meet the deadline'):
+            node.admit(spec(budget), 'refused')
+    finally:
+        node.stop(timeout_s=30.0)
