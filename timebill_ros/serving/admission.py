@@ -485,11 +485,18 @@ class Admission:
         """
         dispatch = self.server.dispatch
         idle = not (dispatch.running or dispatch.held or len(dispatch.queue))
-        plan = exc.plan
-        if plan is None or plan.fits_tokens < 1 or not idle or not self.config.idle_best_effort \
-                or job.request.policy != OverrunPolicy.KILL:
+        if not idle or not self._may_try(job.request, exc):
             raise exc
-        return replace(plan, note=f'best effort (Kill, node idle): {exc.reason}')
+        return replace(exc.plan, note=f'best effort (Kill, node idle): {exc.reason}')
+
+    def _may_try(self, request, exc: Rejection) -> bool:
+        """Tell whether a refused goal may run as best effort (``idle_best_effort``).
+
+        A Kill goal whose refusal carries a plan fitting at least one answer token;
+        the callers add when the node counts as idle.
+        """
+        return self.config.idle_best_effort and request.policy == OverrunPolicy.KILL \
+            and exc.plan is not None and exc.plan.fits_tokens >= 1
 
     def _best_effort_alone(self, request, timing, exc: Rejection) -> Plan | None:
         """Return the plan a goal refused as it starts runs on anyway, or None.
@@ -498,9 +505,8 @@ class Admission:
         would slow the running goals) with no goal waiting, on its best chance when that
         fits at least one answer token.
         """
-        if timing is not None or exc.plan is None or exc.plan.fits_tokens < 1 \
-                or not self.config.idle_best_effort or request.policy != OverrunPolicy.KILL \
-                or self.server.dispatch.waiting():
+        if timing is not None or self.server.dispatch.waiting() \
+                or not self._may_try(request, exc):
             return None
         return replace(exc.plan, note=f'best effort (Kill, no goal waiting): {exc.reason}')
 
