@@ -124,10 +124,20 @@ def test_eviction_meets_a_budget_that_full_cache_misses(node, client):
     assert full.accepted and full.result.plan.eviction_ratio == 0.0
     assert full.result.outcome == R.KILLED and not full.result.deadline_met, (budget, figures)
 
+    # A budget the whole answer cannot fit: with the context prefix-cached by now, the
+    # evicted plan may fit a few tokens; the idle node then runs it as best effort
+    # (idle_best_effort), kills it at its deadline and never claims a deadline it missed.
     hopeless = client.ask(make_goal(INSTRUCTION, 0.5, CONTEXT, mode=G.MODE_EVICTION,
                                     max_new_tokens=MAX_NEW), 60)
-    assert not hopeless.accepted
-    assert 'cannot meet the deadline' in hopeless.reject_reason
+    if hopeless.accepted:
+        res = hopeless.result
+        # Best effort at admission or at dispatch (re-planned there, on the cached prefix).
+        assert 'best effort (Kill' in res.plan.note or res.plan.feasible, res.plan.note
+        assert res.outcome in (R.COMPLETED, R.KILLED) and res.tokens < MAX_NEW
+        assert res.deadline_met == (res.outcome == R.COMPLETED)
+        assert hopeless.finished_at - hopeless.sent_at < 0.5 + 1.0  # the deadline, a token
+    else:
+        assert 'cannot meet the deadline' in hopeless.reject_reason
 
 
 def test_fixed_eviction_ratio_and_caller_length_through_the_action(client):
