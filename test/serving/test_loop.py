@@ -94,8 +94,12 @@ class ScriptedPrefill:
     def next_chunk(self):
         return 0 if self.done else 1
 
+    @property
+    def next_chunk_extra_s(self):
+        return self.backend.press_s if self.chunks_left == 1 else 0.0
+
     def advance(self):
-        self.backend.clock.t += self.backend.step
+        self.backend.clock.t += self.backend.step + self.next_chunk_extra_s
         self.tokens_done += 1
 
     def result(self):
@@ -116,6 +120,7 @@ class ScriptedBackend:
 
     def __init__(self, clock, step, words=10, fail_at=None, fast_step=None, chunks=1):
         self.clock, self.step, self.words, self.fail_at = clock, step, words, fail_at
+        self.press_s = 0.0  # what a press adds to a prefill's last chunk
         self.fast_step = fast_step  # the step time after a switch of precision
         # Prefill chunks, one step each (an int, or prompt -> chunks).
         self.chunks = chunks if callable(chunks) else (lambda ids: chunks)
@@ -227,6 +232,20 @@ def test_the_first_chunk_is_timed_from_the_plans_prefill_estimate():
     assert '0 of 10 prompt tokens' in result.reason and 'before the deadline' in result.reason
     # Fits by the estimate: it runs (and decodes) as before.
     result, _ = run(backend, request(budget=4.0, max_new=2), clock, plan=planned)
+    assert result.outcome == Outcome.COMPLETED and result.deadline_met
+
+
+def test_kill_counts_what_a_press_adds_to_the_last_chunk():
+    def pressed(budget):
+        clock = ScriptedClock()
+        backend = ScriptedBackend(clock, 0.3, words=1, chunks=4)
+        backend.press_s = 0.5  # the last chunk scores and compresses the whole cache
+        return run(backend, request(budget=budget), clock)[0]
+    # chunks end at 0.3, 0.6, 0.9; the last would end at 1.7, past 1.3 s
+    result = pressed(1.3)
+    assert result.outcome == Outcome.KILLED and result.e2e_s == pytest.approx(0.9)
+    assert 'before the deadline' in result.reason
+    result = pressed(2.5)
     assert result.outcome == Outcome.COMPLETED and result.deadline_met
 
 

@@ -87,6 +87,10 @@ class Engine:
         self.mixed = mixed
         self.prefill_chunk = prefill_chunk
         self.prefix_cache = prefix_cache
+        # What a press adds to a chunked prefill's last chunk, per cached token (scoring
+        # and compressing the whole cache): learned from pressed prefills, so Kill can
+        # stop before a last chunk that would end past the deadline.
+        self.press_s_per_token = 0.0
 
     def threads_for(self, precision: str) -> int:
         """Return the intra-op threads that decode steps at ``precision`` run with (0: as is)."""
@@ -176,9 +180,13 @@ class Engine:
         for precision in self.variants:
             self._warm(ids, tokens, Plan(precision=precision))
         if press and self.press_for_plan:
-            # Longer than SnapKV's 64-token observation window.
-            long_ids = (list(ids) * 80)[:160]
-            self._warm(long_ids, tokens, Plan(eviction_ratio=0.5, press=press))
+            # Longer than SnapKV's 64-token observation window. Then, chunked (kvpress
+            # imported by now), a prompt whose last chunk measures what a press adds.
+            plan = Plan(eviction_ratio=0.5, press=press)
+            self._warm((list(ids) * 80)[:160], tokens, plan)
+            if self.prefill_chunk > 0:
+                self._warm((list(ids) * 4 * self.prefill_chunk)[:4 * self.prefill_chunk],
+                           tokens, plan)
 
     def _warm(self, ids, tokens: int, plan: Plan) -> None:
         """Prefill ``ids`` and run ``tokens`` - 1 steps of the plan's lane (no answer kept)."""
@@ -284,6 +292,7 @@ class TorchPrefill:
         self.bounds = [(self.tokens_done + b, self.tokens_done + e) for b, e in
                        chunk_bounds(self.total - self.tokens_done, chunk, last_min)]
         self.may_press = may_press
+        self.chunk_timed = (0, 0.0)  # (tokens, seconds) of the last chunk before the end
 
     def _reuse(self, prefix_cache, keep: int) -> int:
         """Fill the cache from the longest stored prefix leaving ``keep`` tokens; return it."""
@@ -316,6 +325,28 @@ class TorchPrefill:
         """Tell whether the whole prompt is in the cache."""
         return self.tokens_done >= self.total
 
+    @property
+    def next_chunk_extra_s(self) -> float:
+        """Return the seconds a press adds to the next chunk (the last one, if it may press)."""
+        if not self.may_press or self.chunks_left != 1:
+            return 0.0
+        return self.engine.press_s_per_token * self.total
+
+    def _learn_press_cost(self, seconds: float, tokens: int) -> None:
+        """Learn what the press added to a last chunk of ``tokens`` that took ``seconds``.
+
+        The chunk's own pass is scaled from the chunk before it by token count, as the
+        loop predicts a chunk; the rest, per cached token, is the press's (with the
+        prefix cache's copy of the blocks it takes before the press).
+        """
+        before_tokens, before_s = self.chunk_timed
+        if not before_tokens or self.plan.eviction_ratio <= 0.0:
+            return
+        extra = max(0.0, seconds - before_s * max(1.0, tokens / before_tokens)) / self.total
+        # Up at once, down by halves: Kill must not trust a cost from a quiet moment.
+        engine = self.engine
+        engine.press_s_per_token = max(extra, 0.5 * (engine.press_s_per_token + extra))
+
     def advance(self) -> None:
         """Prefill the next chunk (the last one under the press and the length decision)."""
         import torch
@@ -337,7 +368,12 @@ class TorchPrefill:
                 if not self.may_press:
                     self._store(self.total)
             synchronize(engine.loaded.device)
-            self.stats.prefill_s += engine.clock() - t0
+            spent = engine.clock() - t0
+            self.stats.prefill_s += spent
+        if end < self.total:
+            self.chunk_timed = (end - begin, spent)
+        elif self.may_press:
+            self._learn_press_cost(spent, end - begin)
         self.tokens_done = end
 
     def result(self) -> tuple:

@@ -139,17 +139,19 @@ class Prefilling:
         """Return the expected seconds of the next chunk.
 
         Scaled from the last chunk by token count, never below it: a chunk's fixed cost
-        (the weights' pass) dominates small chunks, and attention grows with position.
+        (the weights' pass) dominates small chunks, and attention grows with position;
+        plus what the run says a press adds to it (its last chunk scores the whole cache).
         Before one has run: the plan's prefill estimate shared over the tokens left (its
         first chunk costs less than that share, so Kill stops only a goal whose whole
         prefill cannot end by the deadline).
         """
         prefill = self.prefill
+        extra = getattr(prefill, 'next_chunk_extra_s', 0.0)  # a press on the last chunk
         if not self.last_tokens:
             left = prefill.total - prefill.tokens_done
             planned = getattr(getattr(self.member.run, 'plan', None), 'est_prefill_s', 0.0)
-            return planned * prefill.next_chunk / left if left > 0 else 0.0
-        return self.last_s * max(1.0, prefill.next_chunk / self.last_tokens)
+            return (planned * prefill.next_chunk / left if left > 0 else 0.0) + extra
+        return self.last_s * max(1.0, prefill.next_chunk / self.last_tokens) + extra
 
     def advance(self, clock) -> None:
         """Prefill the next chunk, timing it."""
