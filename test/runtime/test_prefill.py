@@ -122,7 +122,7 @@ def test_the_cost_a_press_adds_to_the_last_chunk_is_learned_and_announced(tiny):
     assert run.next_chunk_extra_s == 0.0  # nothing learned yet
     while not run.done:
         run.advance()
-    assert engine.press_s_per_token == pytest.approx(0.6 / len(ids))
+    assert engine.press_cost.s_per_token == pytest.approx(0.6 / len(ids))
     second = engine.begin_prefill(ids, evict)
     while second.chunks_left > 1:
         assert second.next_chunk_extra_s == 0.0  # only the last chunk presses
@@ -132,7 +132,7 @@ def test_the_cost_a_press_adds_to_the_last_chunk_is_learned_and_announced(tiny):
     # A cheaper press lowers the cost by halves; a goal that does not evict adds none.
     engine.clock = StepClock([0.1 * max(1.0, last / 64) + 0.2])
     second.advance()
-    assert engine.press_s_per_token == pytest.approx(0.4 / len(ids))
+    assert engine.press_cost.s_per_token == pytest.approx(0.4 / len(ids))
     plain = engine.begin_prefill(ids, Plan())
     while not plain.done:
         assert plain.next_chunk_extra_s == 0.0

@@ -59,13 +59,31 @@ class StreamDecoder:
 PressFactory = Callable[[Plan, int], object]  # (plan, prompt tokens) -> press or None
 
 
+class PressCost:
+    """What a press adds to a chunked prefill's last chunk, per cached token (learned).
+
+    The last chunk scores and compresses the whole cache (and the prefix cache copies
+    its blocks first); Kill must know it to stop before a last chunk that would end past
+    the deadline. Shared by the engines made over one model, like the prefix cache.
+    """
+
+    def __init__(self):
+        """Start knowing nothing (0 s a token)."""
+        self.s_per_token = 0.0
+
+    def learn(self, s_per_token: float) -> None:
+        """Take one measurement: up at once, down by halves (never trust a quiet moment)."""
+        self.s_per_token = max(s_per_token, 0.5 * (self.s_per_token + s_per_token))
+
+
 class Engine:
     """Run one prompt at a time on a loaded model (callers serialise access)."""
 
     def __init__(self, loaded: LoadedModel, press_for_plan: PressFactory | None = None,
                  clock: Callable[[], float] = time.monotonic, exit_decoder=None,
                  variants: dict | None = None, decode_threads: int | dict = 0, mixed=None,
-                 prefill_chunk: int = 0, prefix_cache=None):
+                 prefill_chunk: int = 0, prefix_cache=None,
+                 press_cost: PressCost | None = None):
         """Wrap a loaded model; ``press_for_plan`` returns a kvpress press or None.
 
         ``exit_decoder`` (a LayerwiseDecoder) runs the decode steps of MODE_EARLY_EXIT
@@ -77,6 +95,7 @@ class Engine:
         runtime.precision.MixedModel) runs the decode steps of per-layer mixed plans.
         ``prefill_chunk`` > 0 prefills prompts in chunks of that many tokens (0: one pass).
         ``prefix_cache`` (a runtime.prefix_cache.PrefixCache) reuses prompt prefixes.
+        ``press_cost`` (shared by the engines over one model) learns what a press adds.
         """
         self.loaded = loaded
         self.press_for_plan = press_for_plan
@@ -87,10 +106,7 @@ class Engine:
         self.mixed = mixed
         self.prefill_chunk = prefill_chunk
         self.prefix_cache = prefix_cache
-        # What a press adds to a chunked prefill's last chunk, per cached token (scoring
-        # and compressing the whole cache): learned from pressed prefills, so Kill can
-        # stop before a last chunk that would end past the deadline.
-        self.press_s_per_token = 0.0
+        self.press_cost = press_cost if press_cost is not None else PressCost()
 
     def threads_for(self, precision: str) -> int:
         """Return the intra-op threads that decode steps at ``precision`` run with (0: as is)."""
@@ -330,7 +346,7 @@ class TorchPrefill:
         """Return the seconds a press adds to the next chunk (the last one, if it may press)."""
         if not self.may_press or self.chunks_left != 1:
             return 0.0
-        return self.engine.press_s_per_token * self.total
+        return self.engine.press_cost.s_per_token * self.total
 
     def _learn_press_cost(self, seconds: float, tokens: int) -> None:
         """Learn what the press added to a last chunk of ``tokens`` that took ``seconds``.
@@ -342,10 +358,8 @@ class TorchPrefill:
         before_tokens, before_s = self.chunk_timed
         if not before_tokens or self.plan.eviction_ratio <= 0.0:
             return
-        extra = max(0.0, seconds - before_s * max(1.0, tokens / before_tokens)) / self.total
-        # Up at once, down by halves: Kill must not trust a cost from a quiet moment.
-        engine = self.engine
-        engine.press_s_per_token = max(extra, 0.5 * (engine.press_s_per_token + extra))
+        extra = max(0.0, seconds - before_s * max(1.0, tokens / before_tokens))
+        self.engine.press_cost.learn(extra / self.total)
 
     def advance(self) -> None:
         """Prefill the next chunk (the last one under the press and the length decision)."""

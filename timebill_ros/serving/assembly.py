@@ -22,7 +22,7 @@ from timebill_ros.core.profile import default_path, Int8Pick, Profile
 from timebill_ros.core.request import Limits, Mode
 from timebill_ros.core.timing import fewest_threads, OnlineBatchDrift, OnlineTimingModel
 from timebill_ros.runtime.early_exit import LayerwiseDecoder, measure_layer_times
-from timebill_ros.runtime.engine import Engine
+from timebill_ros.runtime.engine import Engine, PressCost
 from timebill_ros.runtime.model import cache_root, ModelLoadError, precision_variant
 from timebill_ros.runtime.precision import unit_times
 from timebill_ros.runtime.prefix_cache import PrefixCache
@@ -89,6 +89,7 @@ class Assembly:
         # Prompt prefixes of the torch engine, kept across goals (and across re-profiling).
         self.prefix_cache = PrefixCache(PREFIX_BLOCK, config.prefix_cache_mb * 2 ** 20) \
             if config.prefix_cache_mb else None
+        self.press_cost = PressCost()  # learned by the engines' pressed prefills (Kill)
         self.profile_path = Path(config.profile) if config.profile else default_path(
             cache_root(), loaded.name, loaded.device, loaded.dtype)
         # probed: precision -> {threads: step s}, timed while building the copy (int8 pick).
@@ -112,7 +113,7 @@ class Assembly:
         return Engine(self.loaded, press_for_plan, exit_decoder=exit_decoder,
                       variants=self.variants, decode_threads=dict(self.decode_threads),
                       mixed=self.mixed, prefill_chunk=self.config.prefill_chunk,
-                      prefix_cache=self.prefix_cache)
+                      prefix_cache=self.prefix_cache, press_cost=self.press_cost)
 
     @property
     def low_precision(self) -> str:
