@@ -21,6 +21,7 @@ Importing this module imports kvpress (slow, about a second); import it lazily.
 from __future__ import annotations
 
 from dataclasses import dataclass
+import time
 
 from kvpress.presses.base_press import BasePress, is_prefilling
 from kvpress.utils import extract_keys_and_values
@@ -83,6 +84,7 @@ class LastChunkPress(BasePress):
     """
 
     press: BasePress | None = None
+    spent_s: float = 0.0  # in this hook over the layers (what Kill must expect next time)
 
     def post_init_from_model(self, model) -> None:
         """Initialise the inner press."""
@@ -90,10 +92,12 @@ class LastChunkPress(BasePress):
 
     def forward_hook(self, module, input, kwargs: dict, output):
         """Score and compress every cached position of this layer with the inner press."""
+        began = time.perf_counter()
         cache = kwargs['past_key_values']
         keys, values = extract_keys_and_values(cache, module.layer_idx)
         keys, values = self.press.compress(module, kwargs['hidden_states'], keys, values,
                                            output[1], kwargs)
         layer = cache.layers[module.layer_idx]
         layer.keys, layer.values = keys, values
+        self.spent_s += time.perf_counter() - began
         return output

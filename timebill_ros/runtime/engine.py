@@ -107,6 +107,7 @@ class Engine:
         self.prefill_chunk = prefill_chunk
         self.prefix_cache = prefix_cache
         self.press_cost = press_cost if press_cost is not None else PressCost()
+        self.last_presses: list = []  # the chunked presses of the last prefill pass
 
     def threads_for(self, precision: str) -> int:
         """Return the intra-op threads that decode steps at ``precision`` run with (0: as is)."""
@@ -224,12 +225,14 @@ class Engine:
         a ``total``-token one when ``chunked``); only the last position's logits are kept.
         """
         model = self.loaded.model
+        made = self.last_presses = []  # timed: what each spent compressing (chunked)
 
         def press_of(chosen: Plan):
             press = self.press_for_plan(chosen, total) if self.press_for_plan else None
             if press is not None and chunked:
                 from timebill_ros.runtime.deferred_press import LastChunkPress
                 press = LastChunkPress(press=press)
+                made.append(press)
             return press
         if decide is None:
             press = press_of(plan)
@@ -308,7 +311,6 @@ class TorchPrefill:
         self.bounds = [(self.tokens_done + b, self.tokens_done + e) for b, e in
                        chunk_bounds(self.total - self.tokens_done, chunk, last_min)]
         self.may_press = may_press
-        self.chunk_timed = (0, 0.0)  # (tokens, seconds) of the last chunk before the end
 
     def _reuse(self, prefix_cache, keep: int) -> int:
         """Fill the cache from the longest stored prefix leaving ``keep`` tokens; return it."""
@@ -348,19 +350,6 @@ class TorchPrefill:
             return 0.0
         return self.engine.press_cost.s_per_token * self.total
 
-    def _learn_press_cost(self, seconds: float, tokens: int) -> None:
-        """Learn what the press added to a last chunk of ``tokens`` that took ``seconds``.
-
-        The chunk's own pass is scaled from the chunk before it by token count, as the
-        loop predicts a chunk; the rest, per cached token, is the press's (with the
-        prefix cache's copy of the blocks it takes before the press).
-        """
-        before_tokens, before_s = self.chunk_timed
-        if not before_tokens or self.plan.eviction_ratio <= 0.0:
-            return
-        extra = max(0.0, seconds - before_s * max(1.0, tokens / before_tokens))
-        self.engine.press_cost.learn(extra / self.total)
-
     def advance(self) -> None:
         """Prefill the next chunk (the last one under the press and the length decision)."""
         import torch
@@ -376,18 +365,19 @@ class TorchPrefill:
             else:
                 if self.may_press:
                     self._store(begin)  # before a press compresses the cache
+                stored_s = engine.clock() - t0
                 out, self.plan = engine._prefill(ids, self.cache, self.plan, self.decide,
                                                  self.stats, self.total, chunked=begin > 0)
+                pressed_s = sum(press.spent_s for press in engine.last_presses)
                 self.logits = out.logits[0, -1]
                 if not self.may_press:
                     self._store(self.total)
             synchronize(engine.loaded.device)
             spent = engine.clock() - t0
             self.stats.prefill_s += spent
-        if end < self.total:
-            self.chunk_timed = (end - begin, spent)
-        elif self.may_press:
-            self._learn_press_cost(spent, end - begin)
+        if end == self.total and engine.last_presses:
+            # Timed where it runs: the prefix cache's copy and the press's compression.
+            engine.press_cost.learn((stored_s + pressed_s) / self.total)
         self.tokens_done = end
 
     def result(self) -> tuple:
