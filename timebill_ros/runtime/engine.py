@@ -373,8 +373,7 @@ class TorchPrefill:
                 if not self.may_press:
                     self._store(self.total)
             synchronize(engine.loaded.device)
-            spent = engine.clock() - t0
-            self.stats.prefill_s += spent
+            self.stats.prefill_s += engine.clock() - t0
         if end == self.total and engine.last_presses:
             # Timed where it runs: the prefix cache's copy and the press's compression.
             engine.press_cost.learn((stored_s + pressed_s) / self.total)
