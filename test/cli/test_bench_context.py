@@ -29,3 +29,24 @@ def test_the_summary_counts_met_correct_refused_and_lateness():
     assert table['AUTO']['refused'] == 1 and table['AUTO']['late_max'] == 0.04
     assert table['alpha 0.5']['late_claimed'] == 1  # a late answer claimed on time: counted
     assert bench.p99(list(range(1, 101))) == 99
+
+
+def test_tiers_run_item_by_item_and_save_whole_items():
+    from types import SimpleNamespace
+    items = [SimpleNamespace(item_id=name, metric='contains', references=['P-27'])
+             for name in ('a', 'b')]
+    asked, saved = [], []
+
+    class Nodes:
+        def ask(self, node, item, budget_s, **goal):
+            asked.append((item.item_id, round(budget_s, 3)))
+            return {'e2e_s': 10.0, 'prefill_s': 8.0, 'text': 'bay P-27', 'met': True}
+
+    loose, records = bench.run_tiers(
+        Nodes(), items, [0.6, 0.8], lambda *a: None,
+        lambda loose, records: saved.append((len(loose), len(records))))
+    per_item = 1 + 2 * len(bench.STRATEGIES)
+    assert [name for name, _ in asked] == ['a'] * per_item + ['b'] * per_item
+    assert asked[1][1] == 6.0 and asked[-1][1] == 8.0  # tier x the item's own loose time
+    assert saved == [(1, per_item - 1), (2, 2 * (per_item - 1))]
+    assert all(r['correct'] for r in records) and loose['a']['correct']

@@ -119,23 +119,27 @@ def repeated_context(seed: int = 11) -> tuple:
     return '\n'.join(log), facts
 
 
-def run_tiers(nodes: Nodes, items: list, tiers: list, log) -> tuple:
-    """Return (loose runs by item, tier records)."""
+def run_tiers(nodes: Nodes, items: list, tiers: list, log, save=lambda loose, records: None
+              ) -> tuple:
+    """Return (loose runs by item, tier records); ``save`` them after each item.
+
+    Each item runs its loose goal and then its tiers, so a run stopped early holds whole
+    items (``partial.json``).
+    """
     loose, records = {}, []
-    for item in items:
+    for number, item in enumerate(items, 1):
         loose[item.item_id] = run = nodes.ask('A', item, LOOSE_S, mode=int(Mode.NONE))
         run['correct'] = correct(item, run['text'])
-        log(f"loose {item.item_id}: {run['e2e_s']:.2f} s, prefill {run['prefill_s']:.2f} s, "
-            f"{'right' if run['correct'] else 'wrong'}")
-    for tier in tiers:
-        for item in items:
-            full = loose[item.item_id]['e2e_s']
+        full = run['e2e_s']
+        for tier in tiers:
             for name, goal in STRATEGIES.items():
                 record = nodes.ask('A', item, tier * full, **goal)
                 record.update(item=item.item_id, tier=tier, strategy=name,
                               correct=record['met'] and correct(item, record['text']))
                 records.append(record)
-        log(f'tier {tier:g}x done')
+        save(loose, records)
+        log(f"item {number}/{len(items)} {item.item_id}: {full:.2f} s, prefill "
+            f"{run['prefill_s']:.2f} s, {'right' if run['correct'] else 'wrong'}")
     return loose, records
 
 
@@ -256,9 +260,16 @@ def main(argv=None) -> int:
     import rclpy
     rclpy.init()
     nodes = Nodes(log)
+    out.mkdir(parents=True)
+    partial = out / 'partial.json'
+
+    def save(loose: dict, records: list) -> None:
+        partial.write_text(json.dumps({'commit': at_start, 'loose': loose,
+                                       'records': records}, default=str) + '\n')
     try:
         nodes.start()
-        loose, records = run_tiers(nodes, items, tiers, log) if 'tiers' in parts else ({}, [])
+        loose, records = run_tiers(nodes, items, tiers, log, save) \
+            if 'tiers' in parts else ({}, [])
         longest = max(items, key=lambda item: item.prompt_tokens)
         stall = run_stall(nodes, longest, log) if 'stall' in parts else None
         repeated = run_repeated(nodes, log) if 'repeated' in parts else None
@@ -274,10 +285,10 @@ def main(argv=None) -> int:
               'right_full': sum(run['correct'] for run in loose.values()),
               'table': table, 'stall': stall, 'repeated': repeated, 'loose': loose,
               'records': records}
-    out.mkdir(parents=True)
     (out / 'bench.json').write_text(json.dumps(report, indent=1, default=str) + '\n')
     text = markdown(report)
     (out / 'README.md').write_text(text + '\n')
+    partial.unlink(missing_ok=True)  # bench.json holds it all
     print(text)
     return 0
 
