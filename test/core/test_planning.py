@@ -453,6 +453,20 @@ def test_a_long_prompt_stays_on_the_engine_whose_prefill_fits():
     assert plan.precision == '' and plan.feasible
 
 
+def test_a_prompt_the_engine_holds_is_planned_without_its_prefill():
+    planner = engine_planner(quality=1.0)
+    budget = MODEL.wcet(2000, 0.0, 60) * 0.5
+    assert LLAMA.wcet(2000, 0.0, 60) > budget  # the engine's whole prefill cannot fit
+    held = planner.plan(req(Mode.AUTO), 2000, budget, engine_prefix={ENGINE: 1950})
+    assert held.precision == ENGINE and held.feasible
+    assert held.est_prefill_s == pytest.approx(LLAMA.prefill(50))  # 50 tokens left
+    pinned = planner.plan(replace(req(Mode.NONE), precision=ENGINE), 2000, 60.0,
+                          engine_prefix={ENGINE: 1950})
+    assert pinned.est_prefill_s == pytest.approx(LLAMA.prefill(50))
+    with pytest.raises(Rejection):  # another option's held prompt is not this one's
+        planner.plan(req(Mode.AUTO), 2000, budget, engine_prefix={'other': 1950})
+
+
 def test_a_goal_may_pin_the_engine_in_none_and_auto_mode():
     planner = engine_planner()
     for mode in (Mode.NONE, Mode.AUTO):

@@ -1,5 +1,7 @@
 """The shipped configuration with the embedded model serves short robot instructions."""
 
+import re
+
 import pytest
 import yaml
 
@@ -81,3 +83,24 @@ def test_kill_stops_a_pinned_llama_cpp_prefill_within_one_chunk(client):
     assert 'during prefill' in res.reason, res.reason
     # One chunk of 64 tokens is ~0.1 s here; the prompt alone would take seconds.
     assert res.e2e_s < 0.5 + 0.5, res.reason
+
+
+def test_a_llama_cpp_option_plans_on_the_prompt_it_holds(client):
+    # Two questions on one context, both on the same llama.cpp option: the second prompt
+    # starts as the first did, so its prefill, and its plan, skip the held part.
+    context = ' '.join(f'Bay {i} holds pallet K{i * 13 % 97}.' for i in range(60))
+
+    def ask(question):
+        run = client.ask(make_goal(question, 60.0, context=context, mode=G.MODE_NONE,
+                                   precision='llama.cpp-q4_1', max_new_tokens=8,
+                                   expected_tokens=8), 120)
+        assert run.accepted, run.reject_reason
+        assert run.result.outcome == R.COMPLETED, run.result.reason
+        return run.result.plan
+
+    first, second = ask('Which pallet is in bay 5?'), ask('Which pallet is in bay 41?')
+    held = re.search(r'(\d+) of (\d+) prompt tokens held by llama.cpp-q4_1 from its last '
+                     'prompt', second.note)
+    assert held, second.note
+    assert int(held[1]) > 0.8 * int(held[2]) == 0.8 * second.prompt_tokens, second.note
+    assert second.est_prefill_s < 0.5 * first.est_prefill_s, (first, second)

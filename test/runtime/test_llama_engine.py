@@ -171,9 +171,13 @@ def test_a_held_prompt_is_reused_by_the_next_one_that_starts_alike(tokenizer):
     try:
         engines = [LlamaEngine(model, option_name('q4_1'), tokenizer,
                                {tokenizer.eos_token_id}) for model in (held, fresh)]
+        assert engines[0].cached_prefix(second) == 0  # nothing held yet
         assert answer(engines[0], first, 5)[1].prefix_tokens == 0
-        tokens, stats = answer(engines[0], second, 5)
         shared = next(i for i, (a, b) in enumerate(zip(first, second)) if a != b)
+        # What admission plans on is what the prefill then takes from the held prompt.
+        assert engines[0].cached_prefix(second) == shared and engines[1].cached_prefix(
+            second) == 0
+        tokens, stats = answer(engines[0], second, 5)
         assert stats.prefix_tokens == shared >= 32
         assert tokens == answer(engines[1], second, 5)[0]
         # Every sequence is free again; the held prompt keeps its cells until dropped.

@@ -16,7 +16,7 @@ from timebill_ros.core.early_exit import ExitRule, LayerTimes
 from timebill_ros.core.eviction import solve_alpha
 from timebill_ros.core.precision import Mix, PrecisionTable
 from timebill_ros.core.request import Mode
-from timebill_ros.core.timing import TimingModel, worst_case_tokens
+from timebill_ros.core.timing import TimingModel, with_cached_prefix, worst_case_tokens
 
 # Plan.precision of a per-layer mix (Plan.precision_mix names the lowered units).
 MIXED = 'mixed'
@@ -78,6 +78,8 @@ class Goal:
     predicted: int
     dist: object  # the predictor's calibrated length distribution, or None
     pessimistic: float
+    # Prompt tokens another engine holds from its last prompt (option -> tokens): free.
+    engine_prefix: dict = field(default_factory=dict, hash=False, compare=False)
 
     def worst(self, tokens: int) -> int:
         """Return the worst-case answer length planned for ``tokens`` predicted ones."""
@@ -202,17 +204,22 @@ class OtherEngine(Cut):
 
     Its own ETE times both phases and its measured fidelity row (``CutEffects.precision``
     under the engine's name) is its effect. It offers no KV eviction, early exit or
-    mid-answer switch: a sequence's cache cannot move between engines.
+    mid-answer switch: a sequence's cache cannot move between engines. ``cached``
+    prompt tokens the engine holds from its last prompt need no prefill.
     """
 
     precision: str
     mode: Mode = Mode.EVICTION
+    cached: int = 0
+
+    def _model(self, ctx) -> TimingModel:
+        return with_cached_prefix(ctx.model_of(self.precision), self.cached)
 
     def time_s(self, ctx, model, n_x, tokens):
-        return ctx.model_of(self.precision).wcet(n_x, 0.0, tokens)
+        return self._model(ctx).wcet(n_x, 0.0, tokens)
 
     def prefill_s(self, ctx, model, n_x):
-        return ctx.model_of(self.precision).prefill(n_x)
+        return self._model(ctx).prefill(n_x)
 
     def effect(self, ctx):
         return ctx.effects.of_precision(self.precision)

@@ -353,8 +353,10 @@ class TimeBillPlanner:
             if self.context.early_exit is None:
                 raise Rejection('MODE_EARLY_EXIT is not configured on this node')
             return [EarlyExit()], ''
+        held = goal.engine_prefix
         if request.precision in self.context.engines:  # the goal pinned another engine
-            return [OtherEngine(request.precision, request.mode)], \
+            return [OtherEngine(request.precision, request.mode,
+                                held.get(request.precision, 0))], \
                 f'engine {request.precision} pinned by the goal'
         pinned = request.precision if request.precision in self.precisions else ''
         if request.mode == Mode.NONE:
@@ -390,7 +392,8 @@ class TimeBillPlanner:
             if self.context.early_exit is not None and settings.auto_early_exit:
                 candidates.append((EarlyExit(0.0 if evict else settings.alpha_max),
                                    'early exit'))
-            candidates += [(OtherEngine(name), name) for name in self.context.engines]
+            candidates += [(OtherEngine(name, cached=held.get(name, 0)), name)
+                           for name in self.context.engines]
         for cut, name in candidates:
             skip = too_small(cut, name)
             if skip:
@@ -530,13 +533,16 @@ class TimeBillPlanner:
 
     def plan(self, request: Request, prompt_tokens: int, time_left_s: float,
              predicted: int | None = None, pending: bool = False,
-             timing: TimingModel | None = None, spread=None) -> Plan:
+             timing: TimingModel | None = None, spread=None,
+             engine_prefix: dict | None = None) -> Plan:
         """Return the plan, or raise Rejection when the deadline cannot be met.
 
         ``pending``: the length is predicted later (during prefill); plan a 1-token
         answer now, so only goals whose first token cannot make it are rejected.
         ``timing``: the full-precision ETE to plan with instead of the planner's own (the
         steps of the batch the goal will decode in; lowered precisions decode alone).
+        ``engine_prefix``: prompt tokens another engine holds from its last prompt
+        (option -> tokens; its prefill skips them).
         """
         settings = self.settings
         model = timing or self.timing()
@@ -548,7 +554,7 @@ class TimeBillPlanner:
             if dist is not None else predicted
         goal = Goal(model, prompt_tokens, max(1, planned), request.max_new_tokens,
                     time_left_s * (1.0 - settings.time_margin), predicted, dist,
-                    request.pessimistic_factor)
+                    request.pessimistic_factor, dict(engine_prefix or {}))
         cuts, note = self._candidates(request, goal)
         options = self._options(goal, cuts, solve=request.eviction_ratio == 0.0,
                                 switch=not request.precision)

@@ -150,6 +150,22 @@ class LlamaModel:
             if seq_id not in self._free:
                 self._free.append(seq_id)
 
+    def shared_prefix(self, ids: Sequence[int], limit: int) -> int:
+        """Count the held prompt's first tokens that ``ids`` starts with (what reuse shares).
+
+        At most ``limit`` tokens, and none below ``MIN_REUSE``.
+        """
+        with self._lock:
+            return self._shared_locked(ids, limit)
+
+    def _shared_locked(self, ids: Sequence[int], limit: int) -> int:
+        same = 0
+        for mine, theirs in zip(self._held[:max(0, limit)], ids):
+            if mine != theirs:
+                break
+            same += 1
+        return same if same >= MIN_REUSE else 0
+
     def reuse(self, seq_id: int, ids: Sequence[int], limit: int) -> int:
         """Share the held prompt's cells its first tokens have in common with ``ids``.
 
@@ -158,14 +174,9 @@ class LlamaModel:
         with self._lock:
             if self._holder is None:
                 return 0
-            same = 0
-            for mine, theirs in zip(self._held[:max(0, limit)], ids):
-                if mine != theirs:
-                    break
-                same += 1
-            if same < MIN_REUSE:
-                return 0
-            self._api.llama_memory_seq_cp(self._memory, self._holder, seq_id, 0, same)
+            same = self._shared_locked(ids, limit)
+            if same:
+                self._api.llama_memory_seq_cp(self._memory, self._holder, seq_id, 0, same)
             return same
 
     def hold(self, seq_id: int, ids: Sequence[int]) -> None:
@@ -272,6 +283,10 @@ class LlamaEngine:
         self.model, self.option, self.clock = model, option, clock
         self.tokenizer, self.tokenizer_lock = tokenizer, tokenizer_lock
         self.eos_ids = frozenset(eos_ids)
+
+    def cached_prefix(self, prompt_ids: Sequence[int]) -> int:
+        """Return the prompt tokens a prefill would take from the held prompt now."""
+        return self.model.shared_prefix(prompt_ids, len(prompt_ids) - 1)
 
     def begin_prefill(self, prompt_ids: Sequence[int], plan, decide=None) -> 'LlamaPrefill':
         """Return a prefill of one prompt in the context's chunks (a PrefillRun)."""

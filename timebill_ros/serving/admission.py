@@ -70,6 +70,7 @@ class Admission:
             prompt_tokens=len(ids), predicted_tokens=known or 0,
             predictor='' if known else PENDING), spread=spread,
             prefix_tokens=getattr(pipeline.engine, 'cached_prefix', lambda ids: 0)(ids),
+            engine_prefix=held_by_engines(pipeline, ids),
             grammar=grammar)
         with dispatch.lock:
             dispatch.check_room_locked()
@@ -82,8 +83,7 @@ class Admission:
                     job.plan = self._best_effort_or_raise(job, exc)
             if how:
                 job.plan = noted(job.plan, how)
-            if job.prefix_tokens:
-                job.plan = noted(job.plan, prefix_note(job))
+            job.plan = with_prefix_note(job.plan, job, pipeline)
             if reserve:
                 dispatch.held[key] = job
         if pending and not reserve:
@@ -114,7 +114,8 @@ class Admission:
         try:
             plan = pipeline.planner.plan(request, n_prompt,
                                          job.clock.remaining() - job.expected_wait_s,
-                                         predicted, timing=job.expected_timing)
+                                         predicted, timing=job.expected_timing,
+                                         engine_prefix=job.engine_prefix)
         except Rejection as exc:
             job.plan = noted(job.plan, f'its prefill would refuse it ({predicted} answer '
                                        f'tokens predicted now): {exc.reason}')
@@ -258,7 +259,7 @@ class Admission:
             return pipeline.planner.plan(job.request, len(job.prompt_ids),
                                          job.clock.remaining() - wait, known,
                                          pending=pending, timing=cached(pipeline, job, timing),
-                                         spread=job.spread)
+                                         spread=job.spread, engine_prefix=job.engine_prefix)
         except Rejection as exc:
             where = [f'after an expected {wait:.2f} s wait behind {ahead} goals'] \
                 if wait > 0.0 else []
@@ -381,14 +382,14 @@ class Admission:
                                          job.clock.remaining(),
                                          job.plan.predicted_tokens or None,
                                          timing=cached(pipeline, job, timing),
-                                         spread=job.spread)
+                                         spread=job.spread, engine_prefix=job.engine_prefix)
         except Rejection as exc:
             plan = self._best_effort_alone(job.request, timing, exc)
             if plan is None:
                 raise Rejection(f'after {job.clock.elapsed():.3f} s in queue: {exc.reason}',
                                 job.plan) from None
         plan = replanned(plan, f'at dispatch: {why}')
-        return (noted(plan, prefix_note(job)) if job.prefix_tokens else plan), None
+        return with_prefix_note(plan, job, pipeline), None
 
     def yield_if_late(self, pipeline, job: Job, timing=None) -> None:
         """Refuse a goal about to start that is expected to miss while others wait.
@@ -424,7 +425,8 @@ class Admission:
                 predictor.predict_from_hidden(hidden, request), '', request, job.grammar)
             try:
                 plan = pipeline.planner.plan(request, n_prompt, left, predicted,
-                                             timing=cached(pipeline, job, timing))
+                                             timing=cached(pipeline, job, timing),
+                                             engine_prefix=job.engine_prefix)
             except Rejection as exc:
                 plan = self._best_effort_alone(request, timing, exc)
                 if plan is None:
@@ -446,7 +448,8 @@ class Admission:
         if not self.config.context_reduction or request.mode != Mode.AUTO \
                 or not request.context.strip():
             raise refused
-        loaded, before = self.server.loaded, (request, job.prompt_ids, job.prefix_tokens)
+        loaded = self.server.loaded
+        before = (request, job.prompt_ids, job.prefix_tokens, job.engine_prefix)
         cached = getattr(pipeline.engine, 'cached_prefix', lambda ids: 0)
         for keep in KEEP_SHARES:
             reduced = reduce_context(request.context, request.instruction, keep)
@@ -456,6 +459,7 @@ class Admission:
             job.prompt_ids = request_prompt_ids(loaded.tokenizer, job.request,
                                                 loaded.tokenizer_lock)
             job.prefix_tokens = cached(job.prompt_ids)
+            job.engine_prefix = held_by_engines(pipeline, job.prompt_ids)
             job.plan = replace(job.plan, prompt_tokens=len(job.prompt_ids))
             try:
                 self._plan_in_queue(job, pipeline, known, pending)
@@ -470,7 +474,7 @@ class Admission:
                    is not None else '') + f'): the whole context did not fit: '
                 f'{refused.reason}'))
             return
-        job.request, job.prompt_ids, job.prefix_tokens = before
+        job.request, job.prompt_ids, job.prefix_tokens, job.engine_prefix = before
         raise refused
 
     def _best_effort_or_raise(self, job: Job, exc: Rejection) -> Plan:
@@ -518,6 +522,11 @@ def cached(pipeline, job: Job, timing):
     return with_cached_prefix(timing or pipeline.planner.timing(), job.prefix_tokens)
 
 
+def held_by_engines(pipeline, ids) -> dict:
+    """Return {other engine option: prompt tokens it holds from its last prompt}."""
+    return getattr(pipeline.engine, 'cached_prefixes', lambda ids: {})(ids)
+
+
 def on_torch_for_sure(planner, request) -> bool:
     """Tell whether a goal runs on the torch engine whatever its length (its prefill may plan).
 
@@ -533,6 +542,19 @@ def on_torch_for_sure(planner, request) -> bool:
 def prefix_note(job: Job) -> str:
     """Return what the plan says of the goal's prompt tokens in the prefix cache."""
     return f'{job.prefix_tokens} of {len(job.prompt_ids)} prompt tokens in the prefix cache'
+
+
+def with_prefix_note(plan: Plan, job: Job, pipeline) -> Plan:
+    """Return ``plan`` noting the prompt tokens it need not prefill, where there are any.
+
+    The held prompt of the engine option it runs on, or the torch prefix cache.
+    """
+    engines = getattr(getattr(pipeline.planner, 'context', None), 'engines', {})
+    if plan.precision in engines:
+        held = job.engine_prefix.get(plan.precision, 0)
+        return noted(plan, f'{held} of {len(job.prompt_ids)} prompt tokens held by '
+                           f'{plan.precision} from its last prompt') if held else plan
+    return noted(plan, prefix_note(job)) if job.prefix_tokens else plan
 
 
 def noted(plan: Plan, text: str) -> Plan:

@@ -58,6 +58,8 @@ class Job:
     spread: object = None
     # Prompt tokens the torch engine's prefix cache held at admission (planned as free).
     prefix_tokens: int = 0
+    # Prompt tokens each other engine option held from its last prompt at admission.
+    engine_prefix: dict = field(default_factory=dict)
     # llguidance's compiled schema or grammar ('' = free text).
     grammar: str = ''
 

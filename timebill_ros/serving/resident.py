@@ -51,6 +51,12 @@ class ResidentEngines:
         """Return the main engine's cached prefix of a prompt (other engines keep none)."""
         return self.main.cached_prefix(prompt_ids)
 
+    def cached_prefixes(self, prompt_ids: Sequence[int]) -> dict:
+        """Return {option: prompt tokens it holds from its last prompt} (none: left out)."""
+        held = {option: engine.cached_prefix(prompt_ids)
+                for option, engine in self.others.items() if hasattr(engine, 'cached_prefix')}
+        return {option: tokens for option, tokens in held.items() if tokens}
+
     def begin_prefill(self, prompt_ids: Sequence[int], plan: Plan, decide=None):
         """Begin a chunked prefill on the plan's engine (a runtime.prefill.PrefillRun)."""
         return self._of_plan(plan).begin_prefill(prompt_ids, plan, decide)
