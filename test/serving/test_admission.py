@@ -1,5 +1,7 @@
 """Admission's context reduction: a refused AUTO goal is planned again on less context."""
 
+import time
+
 import pytest
 
 from timebill_ros.core.config import NodeConfig
@@ -75,9 +77,12 @@ def test_a_goal_whose_context_cannot_be_prefilled_in_time_keeps_its_relevant_par
         # (Checked before a goal runs: the online ETE then learns the stand-in's speed.)
         with pytest.raises(Rejection, match='cannot meet the deadline'):
             node.admit(spec(0.02), 'hopeless')
+        time.sleep(0.05)  # a re-plan at dispatch (it waited): the note stays
         node.submit(job)
         assert job.done.wait(60.0)
         assert job.result.outcome in (Outcome.COMPLETED, Outcome.KILLED)
+        final = job.result.plan.note
+        assert 're-planned at dispatch' in final and 'context reduced to the' in final, final
     finally:
         node.stop(timeout_s=30.0)
 

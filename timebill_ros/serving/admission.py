@@ -83,7 +83,7 @@ class Admission:
                     job.plan = self._best_effort_or_raise(job, exc)
             if how:
                 job.plan = noted(job.plan, how)
-            job.plan = with_prefix_note(job.plan, job, pipeline)
+            job.plan = with_job_notes(job.plan, job, pipeline)
             if reserve:
                 dispatch.held[key] = job
         if pending and not reserve:
@@ -389,7 +389,7 @@ class Admission:
                 raise Rejection(f'after {job.clock.elapsed():.3f} s in queue: {exc.reason}',
                                 job.plan) from None
         plan = replanned(plan, f'at dispatch: {why}')
-        return with_prefix_note(plan, job, pipeline), None
+        return with_job_notes(plan, job, pipeline), None
 
     def yield_if_late(self, pipeline, job: Job, timing=None) -> None:
         """Refuse a goal about to start that is expected to miss while others wait.
@@ -431,8 +431,8 @@ class Admission:
                 plan = self._best_effort_alone(request, timing, exc)
                 if plan is None:
                     raise
-            job.plan = replanned(plan, raised or f'in prefill: {predicted} answer tokens '
-                                                 'predicted')
+            job.plan = with_job_notes(replanned(plan, raised or f'in prefill: {predicted} '
+                                                'answer tokens predicted'), job, pipeline)
             return job.plan  # admission now sees the predicted length of a running goal
         return plan_from
 
@@ -466,13 +466,13 @@ class Admission:
             except Rejection:
                 continue
             quality = self.context_cut.of(keep)
-            job.plan = noted(job.plan, (
+            job.context_note = (
                 f'context reduced to the {reduced.kept} of {reduced.total} sentences BM25 '
                 f'ranks closest to the instruction ({keep:g} of its characters, '
                 f'{len(job.prompt_ids)} of {len(before[1])} prompt tokens'
                 + (f'; {quality:.0%} of right answers kept in measurement' if quality
                    is not None else '') + f'): the whole context did not fit: '
-                f'{refused.reason}'))
+                f'{refused.reason}')
             return
         job.request, job.prompt_ids, job.prefix_tokens, job.engine_prefix = before
         raise refused
@@ -544,11 +544,15 @@ def prefix_note(job: Job) -> str:
     return f'{job.prefix_tokens} of {len(job.prompt_ids)} prompt tokens in the prefix cache'
 
 
-def with_prefix_note(plan: Plan, job: Job, pipeline) -> Plan:
-    """Return ``plan`` noting the prompt tokens it need not prefill, where there are any.
+def with_job_notes(plan: Plan, job: Job, pipeline) -> Plan:
+    """Return ``plan`` with what admission did to the goal's prompt in its note.
 
-    The held prompt of the engine option it runs on, or the torch prefix cache.
+    Every plan of the goal (admission's and each re-plan) says it: the context reduced,
+    and the prompt tokens it need not prefill (the held prompt of the engine option it
+    runs on, or the torch prefix cache).
     """
+    if job.context_note:
+        plan = noted(plan, job.context_note)
     engines = getattr(getattr(pipeline.planner, 'context', None), 'engines', {})
     if plan.precision in engines:
         held = job.engine_prefix.get(plan.precision, 0)

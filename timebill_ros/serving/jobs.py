@@ -60,6 +60,8 @@ class Job:
     prefix_tokens: int = 0
     # Prompt tokens each other engine option held from its last prompt at admission.
     engine_prefix: dict = field(default_factory=dict)
+    # What admission did to the goal's context (context reduction): in every plan's note.
+    context_note: str = ''
     # llguidance's compiled schema or grammar ('' = free text).
     grammar: str = ''
 
