@@ -25,7 +25,7 @@ def test_the_summary_counts_met_correct_refused_and_lateness():
     table = bench.summary(loose, records, [0.6])['0.6']
     assert table['NONE'] == {'goals': 2, 'met': 1, 'met_correct': 1, 'right_full': 1,
                              'refused': 0, 'late_max': 0.12, 'late_p99': 0.12,
-                             'late_claimed': 0}
+                             'late_claimed': 0, 'reduced': 0}
     assert table['AUTO']['refused'] == 1 and table['AUTO']['late_max'] == 0.04
     assert table['alpha 0.5']['late_claimed'] == 1  # a late answer claimed on time: counted
     assert bench.p99(list(range(1, 101))) == 99
@@ -40,7 +40,11 @@ def test_tiers_run_item_by_item_and_save_whole_items():
     class Nodes:
         def ask(self, node, item, budget_s, **goal):
             asked.append((item.item_id, round(budget_s, 3)))
-            return {'e2e_s': 10.0, 'prefill_s': 8.0, 'text': 'bay P-27', 'met': True}
+            # AUTO's context reduced
+            tokens = 900 if goal.get('mode') == int(bench.Mode.AUTO) else 1000
+            return {'e2e_s': 10.0, 'prefill_s': 8.0, 'text': 'bay P-27', 'met': True,
+                    'prompt_tokens': tokens, 'late': -1.0, 'outcome': 'COMPLETED',
+                    'claimed': True}
 
     loose, records = bench.run_tiers(
         Nodes(), items, [0.6, 0.8], lambda *a: None,
@@ -50,3 +54,5 @@ def test_tiers_run_item_by_item_and_save_whole_items():
     assert asked[1][1] == 6.0 and asked[-1][1] == 8.0  # tier x the item's own loose time
     assert saved == [(1, per_item - 1), (2, 2 * (per_item - 1))]
     assert all(r['correct'] for r in records) and loose['a']['correct']
+    assert [r['reduced'] for r in records[:3]] == [False, False, True]
+    assert bench.summary(loose, records, [0.6])['0.6']['AUTO']['reduced'] == 2

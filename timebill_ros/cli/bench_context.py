@@ -82,7 +82,7 @@ class Nodes(Bench):
                 'e2e_s': res.e2e_s, 'prefill_s': res.prefill_s, 'tokens': res.tokens,
                 'text': res.text, 'reason': res.reason, 'note': res.plan.note,
                 'alpha': float(res.plan.eviction_ratio), 'precision': res.plan.precision,
-                'sent': sent}
+                'prompt_tokens': res.plan.prompt_tokens, 'sent': sent}
 
     def ask(self, node: str, item, budget_s: float, **goal) -> dict:
         """Send one item's goal and wait for its record."""
@@ -135,7 +135,9 @@ def run_tiers(nodes: Nodes, items: list, tiers: list, log, save=lambda loose, re
             for name, goal in STRATEGIES.items():
                 record = nodes.ask('A', item, tier * full, **goal)
                 record.update(item=item.item_id, tier=tier, strategy=name,
-                              correct=record['met'] and correct(item, record['text']))
+                              correct=record['met'] and correct(item, record['text']),
+                              reduced=record.get('prompt_tokens', 0) > 0 and
+                              record['prompt_tokens'] < run['prompt_tokens'])
                 records.append(record)
         save(loose, records)
         log(f"item {number}/{len(items)} {item.item_id}: {full:.2f} s, prefill "
@@ -195,6 +197,7 @@ def summary(loose: dict, records: list, tiers: list) -> dict:
                 'goals': len(rows), 'met': sum(r['met'] for r in rows),
                 'met_correct': sum(r['correct'] for r in rows), 'right_full': right,
                 'refused': sum(r['outcome'] == 'REFUSED' for r in rows),
+                'reduced': sum(bool(r.get('reduced')) for r in rows),
                 'late_max': max(late, default=0.0), 'late_p99': p99(late) if late else 0.0,
                 'late_claimed': sum(r['claimed'] and r['late'] > 0 for r in rows
                                     if r['late'] is not None)}
@@ -209,13 +212,13 @@ def markdown(report: dict) -> str:
     if report['table']:
         lines[-1] += (f" {report['items']} held-out items; the full model answers "
                       f"{report['right_full']} of them right with a loose budget.")
-        lines += ['', '| tier | strategy | met | met and correct | refused | late max (s) | '
-                  'late p99 (s) |', '|---|---|---|---|---|---|---|']
+        lines += ['', '| tier | strategy | met | met and correct | refused | context reduced '
+                  '| late max (s) | late p99 (s) |', '|---|---|---|---|---|---|---|---|']
     for tier, rows in report['table'].items():
         for name, row in rows.items():
             lines.append(f"| {tier}x | {name} | {row['met']}/{row['goals']} | "
-                         f"{row['met_correct']} | {row['refused']} | {row['late_max']:.3f} | "
-                         f"{row['late_p99']:.3f} |")
+                         f"{row['met_correct']} | {row['refused']} | {row.get('reduced', 0)} | "
+                         f"{row['late_max']:.3f} | {row['late_p99']:.3f} |")
     stall, rep = report['stall'], report['repeated']
     if stall:
         lines += ['', f"**Short goals during a long prefill**: the long prompt took "
