@@ -138,8 +138,14 @@ def ape(predicted: Sequence[float], actual: Sequence[float]) -> list:
 class OnlineTimingModel:
     """Refit the ETE after every served goal from a bounded, forgetting window of samples.
 
-    Calibration samples seed the window; each served goal adds its prefill time
-    and a few of its decode steps. Older samples weigh ``forgetting``**age.
+    Each served goal adds its prefill time and a few of its decode steps to a bounded
+    window, where older samples weigh ``forgetting``**age. Calibration samples age as if
+    they were the window's oldest, but never below ``prior_floor`` and never leave: they
+    are the only long prompts a node serving short commands has seen. When they left the
+    window (after 256 short goals) the quadratic term was fitted to short prompts' noise
+    alone, and a 4,000-token prefill was planned at under half or over 1.4x its time
+    (test_timing simulates it); where served goals have no samples, even a small weight
+    decides.
 
     The re-fit alone follows a uniform slowdown slowly (the calibration samples
     still outvote a goal's few), so each phase also carries a drift factor: an
@@ -157,6 +163,9 @@ class OnlineTimingModel:
     steps_per_goal: int = 8
     prefill_samples: deque = field(default=None)
     decode_samples: deque = field(default=None)
+    prefill_prior: list = field(default_factory=list)  # calibration samples: always fitted
+    decode_prior: list = field(default_factory=list)
+    prior_floor: float = 0.005
     drift_gain: float = 0.5
     drift_prefill: float = 1.0
     drift_decode: float = 1.0
@@ -172,9 +181,9 @@ class OnlineTimingModel:
         self.fit = self.model
 
     def seed(self, prefill: Sequence[tuple], decode: Sequence[tuple]) -> None:
-        """Add calibration samples (n, seconds) without refitting."""
-        self.prefill_samples.extend(prefill)
-        self.decode_samples.extend(decode)
+        """Add calibration samples (n, seconds), kept in every refit; do not refit now."""
+        self.prefill_prior.extend(prefill)
+        self.decode_prior.extend(decode)
 
     def observe(self, n_x: int, prefill_s: float, kv_after_prefill: int,
                 step_times: Sequence[float]) -> TimingModel:
@@ -241,16 +250,21 @@ class OnlineTimingModel:
         a, b, c = self.fit.a, self.fit.b, self.fit.c
         p, q = self.fit.p, self.fit.q
         try:
-            a, b, c = fit_prefill(*_xy(self.prefill_samples),
-                                  weights=_ages(len(self.prefill_samples), self.forgetting))
+            a, b, c = fit_prefill(*self._weighted(self.prefill_prior, self.prefill_samples))
         except ValueError:
             pass  # too few distinct lengths yet: keep the previous prefill fit
         try:
-            p, q = fit_decode(*_xy(self.decode_samples),
-                              weights=_ages(len(self.decode_samples), self.forgetting))
+            p, q = fit_decode(*self._weighted(self.decode_prior, self.decode_samples))
         except ValueError:
             pass
         return TimingModel(a, b, c, p, q)
+
+    def _weighted(self, prior: list, window: deque) -> tuple:
+        """Return (lengths, seconds, weights): by age, the prior oldest and at least its floor."""
+        xs, ys = _xy(list(prior) + list(window))
+        weights = _ages(len(prior) + len(window), self.forgetting)
+        floor = self.prior_floor
+        return xs, ys, [max(w, floor) for w in weights[:len(prior)]] + weights[len(prior):]
 
 
 def _clamp_drift(factor: float) -> float:
