@@ -56,3 +56,22 @@ def test_tiers_run_item_by_item_and_save_whole_items():
     assert all(r['correct'] for r in records) and loose['a']['correct']
     assert [r['reduced'] for r in records[:3]] == [False, False, True]
     assert bench.summary(loose, records, [0.6])['0.6']['AUTO']['reduced'] == 2
+
+
+def test_a_run_stopped_early_is_reported_from_its_whole_items(tmp_path):
+    import json
+    loose = {'a': {'correct': True, 'sent': 10.0}, 'b': {'correct': False, 'sent': 70.0}}
+    records = [dict(record(0.6, name, True, -1.0, correct=True), item='a', sent=20.0)
+               for name in bench.STRATEGIES]
+    records += [dict(record(0.6, name, False, 0.05, outcome='KILLED'), item='b', sent=130.0)
+                for name in bench.STRATEGIES]
+    (tmp_path / 'partial.json').write_text(json.dumps({
+        'command': 'python -m timebill_ros.cli.bench_context --items 60', 'commit': 'abc',
+        'date': '2026-12-04', 'machine': 'vm', 'items': 60, 'tiers': [0.6],
+        'loose': loose, 'records': records}))
+    assert bench.main(['--out', str(tmp_path), '--report-partial']) == 0
+    report = json.loads((tmp_path / 'bench.json').read_text())
+    assert report['items'] == 2 and report['stopped_early'] == 'stopped after 2 of 60 items'
+    assert report['table']['0.6']['AUTO']['met'] == 1 and report['minutes'] == 2.0
+    assert 'stopped after 2 of 60 items' in (tmp_path / 'README.md').read_text()
+    assert not (tmp_path / 'partial.json').exists()

@@ -209,6 +209,9 @@ def markdown(report: dict) -> str:
     lines = [f"# Long contexts through the node ({report['date']})", '',
              f"`{report['command']}` at commit {report['commit']} on {report['machine']}; "
              f"Kill, {report['minutes']:.0f} min."]
+    if report.get('stopped_early'):
+        lines[-1] += (f" The run was {report['stopped_early']} (its report written by "
+                      f"`--report-partial`; minutes from the first goal sent to the last).")
     if report['table']:
         lines[-1] += (f" {report['items']} held-out items; the full model answers "
                       f"{report['right_full']} of them right with a loose budget.")
@@ -249,8 +252,13 @@ def main(argv=None) -> int:
     parser.add_argument('--parts', default='tiers,stall,repeated',
                         help='which parts to run (comma-separated)')
     parser.add_argument('--out', required=True, help='a new results folder')
+    parser.add_argument('--report-partial', action='store_true',
+                        help='write the report of a run stopped early from OUT/partial.json '
+                             '(its whole items), and run nothing')
     args = parser.parse_args(argv)
     out = Path(args.out)
+    if args.report_partial:
+        return report_partial(out, parser)
     if out.exists():
         parser.error(f'{out} exists: benchmarks write to a new folder')
     from transformers import AutoTokenizer
@@ -266,8 +274,14 @@ def main(argv=None) -> int:
     out.mkdir(parents=True)
     partial = out / 'partial.json'
 
+    command = 'python -m timebill_ros.cli.bench_context ' + ' '.join(
+        sys.argv[1:] if argv is None else argv)
+
     def save(loose: dict, records: list) -> None:
-        partial.write_text(json.dumps({'commit': at_start, 'loose': loose,
+        partial.write_text(json.dumps({'command': command, 'commit': at_start,
+                                       'date': datetime.date.today().isoformat(),
+                                       'machine': machine(), 'items': len(items),
+                                       'tiers': tiers, 'loose': loose,
                                        'records': records}, default=str) + '\n')
     try:
         nodes.start()
@@ -280,9 +294,7 @@ def main(argv=None) -> int:
         nodes.stop()
         rclpy.try_shutdown()
     table = summary(loose, records, tiers) if records else {}
-    report = {'command': 'python -m timebill_ros.cli.bench_context ' + ' '.join(
-                  sys.argv[1:] if argv is None else argv),
-              'commit': at_start, 'date': datetime.date.today().isoformat(),
+    report = {'command': command, 'commit': at_start, 'date': datetime.date.today().isoformat(),
               'machine': machine(), 'items': len(items), 'tiers': tiers,
               'minutes': (time.monotonic() - started) / 60.0,
               'right_full': sum(run['correct'] for run in loose.values()),
@@ -292,6 +304,33 @@ def main(argv=None) -> int:
     text = markdown(report)
     (out / 'README.md').write_text(text + '\n')
     partial.unlink(missing_ok=True)  # bench.json holds it all
+    print(text)
+    return 0
+
+
+def report_partial(out: Path, parser) -> int:
+    """Write bench.json and README.md of a run stopped early, from its partial.json."""
+    partial = out / 'partial.json'
+    if not partial.exists() or (out / 'bench.json').exists():
+        parser.error(f'{out} has no partial.json, or has a report already')
+    saved = json.loads(partial.read_text())
+    loose, records = saved['loose'], saved['records']
+    tiers = saved.get('tiers') or sorted({r['tier'] for r in records})
+    sent = [r['sent'] for r in records] + [r['sent'] for r in loose.values()]
+    asked = saved.get('items', '?')
+    report = {'command': saved.get('command', 'python -m timebill_ros.cli.bench_context'),
+              'commit': saved['commit'], 'date': saved.get('date', datetime.date.fromtimestamp(
+                  partial.stat().st_mtime).isoformat()),
+              'machine': saved.get('machine', machine()), 'items': len(loose),
+              'stopped_early': f'stopped after {len(loose)} of {asked} items',
+              'tiers': tiers, 'minutes': (max(sent) - min(sent)) / 60.0 if sent else 0.0,
+              'right_full': sum(run['correct'] for run in loose.values()),
+              'table': summary(loose, records, tiers), 'stall': None, 'repeated': None,
+              'loose': loose, 'records': records}
+    (out / 'bench.json').write_text(json.dumps(report, indent=1, default=str) + '\n')
+    text = markdown(report)
+    (out / 'README.md').write_text(text + '\n')
+    partial.unlink()
     print(text)
     return 0
 
