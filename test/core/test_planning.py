@@ -460,6 +460,10 @@ def test_a_prompt_the_engine_holds_is_planned_without_its_prefill():
     held = planner.plan(req(Mode.AUTO), 2000, budget, engine_prefix={ENGINE: 1950})
     assert held.precision == ENGINE and held.feasible
     assert held.est_prefill_s == pytest.approx(LLAMA.prefill(50))  # 50 tokens left
+    # Admission's estimate of the queued goal counts the held prompt the same way.
+    assert planner.estimate_s(held, 10, held=1950) == pytest.approx(
+        LLAMA.prefill(50) + LLAMA.decode(2000, 10))
+    assert planner.estimate_s(held, 10) == pytest.approx(LLAMA.wcet(2000, 0.0, 10))
     pinned = planner.plan(replace(req(Mode.NONE), precision=ENGINE), 2000, 60.0,
                           engine_prefix={ENGINE: 1950})
     assert pinned.est_prefill_s == pytest.approx(LLAMA.prefill(50))

@@ -391,16 +391,17 @@ class FallbackSwitch(Cut):
                       f'{self.switch_to} decoding when time runs short'])
 
 
-def cut_of(plan, ctx: CutContext) -> Cut:
+def cut_of(plan, ctx: CutContext, held: int = 0) -> Cut:
     """Return the cut a plan runs under (a planned switch counts as its full-model start).
 
-    ``plan`` is a core.planning.Plan; a mixed plan's units are its precision_mix.
+    ``plan`` is a core.planning.Plan; a mixed plan's units are its precision_mix. ``held``:
+    prompt tokens another engine the plan runs on holds from its last prompt.
     """
     if plan.precision == MIXED:
         return MixedPrecision(Mix(tuple(plan.precision_mix), ctx.mix.table.units)
                               if ctx.mix is not None else None)
     if plan.precision in ctx.engines:
-        return OtherEngine(plan.precision, plan.mode)
+        return OtherEngine(plan.precision, plan.mode, held)
     if plan.precision:
         return Precision(plan.precision, plan.mode, plan.eviction_ratio)
     if plan.mode == Mode.EARLY_EXIT:

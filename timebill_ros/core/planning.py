@@ -122,9 +122,10 @@ class Planner(Protocol):
         """
 
     def estimate_s(self, plan: Plan, tokens: float, timing: TimingModel | None = None,
-                   switched_to: str = '', switched_at: int = -1) -> float:
+                   switched_to: str = '', switched_at: int = -1, held: int = 0) -> float:
         """Return the estimated seconds of ``plan`` producing ``tokens`` answer tokens.
 
+        ``held``: prompt tokens the plan's other engine holds from its last prompt.
         The one time estimate of a plan: the planner's WCET, admission's expected time
         of a queued goal and learning's ETE error all call it. ``timing`` replaces the
         full-precision ETE (a batch's steps); None uses the planner's own. A goal that
@@ -145,7 +146,7 @@ class FullModelPlanner:
                     pessimistic_factor=request.pessimistic_factor)
 
     def estimate_s(self, plan: Plan, tokens: float, timing: TimingModel | None = None,
-                   switched_to: str = '', switched_at: int = -1) -> float:
+                   switched_to: str = '', switched_at: int = -1, held: int = 0) -> float:
         """Return ``timing``'s time for the plan's prompt and ``tokens`` (0 without one)."""
         if timing is None:
             return 0.0
@@ -331,13 +332,14 @@ class TimeBillPlanner:
         return self.context.mix
 
     def estimate_s(self, plan: Plan, tokens: float, timing: TimingModel | None = None,
-                   switched_to: str = '', switched_at: int = -1) -> float:
+                   switched_to: str = '', switched_at: int = -1, held: int = 0) -> float:
         """Return the estimated seconds of ``plan`` producing ``tokens`` answer tokens.
 
         ``switched_to``/``switched_at``: the goal moved to that precision from decode
-        step ``switched_at`` on (a fallback switch that happened).
+        step ``switched_at`` on (a fallback switch that happened). ``held``: prompt
+        tokens the plan's other engine holds from its last prompt (not prefilled).
         """
-        cut = cut_of(plan, self.context)
+        cut = cut_of(plan, self.context, held)
         if switched_to and switched_at >= 0:
             cut = FallbackSwitch(switched_to, switched_at + 1, plan.mode, plan.eviction_ratio)
         return cut.time_s(self.context, timing or self.timing(), plan.prompt_tokens, tokens)

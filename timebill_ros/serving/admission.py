@@ -210,8 +210,9 @@ class Admission:
 
     def expected_s(self, job: Job, timing) -> float:
         """Return the estimated time of a job's predicted (not worst-case) answer."""
-        return self.server.pipeline.planner.estimate_s(job.plan, self.expected_tokens(job),
-                                                       timing)
+        return self.server.pipeline.planner.estimate_s(
+            job.plan, self.expected_tokens(job), timing,
+            held=job.engine_prefix.get(job.plan.precision, 0))
 
     def still_to_run_s(self, job: Job, timing, since: float, now: float) -> float:
         """Return the expected time a running job still holds the model.
@@ -407,7 +408,8 @@ class Admission:
         if not waiting:
             return
         tokens = max(1.0, min(self.expected_tokens(job), float(request.max_new_tokens)))
-        need = pipeline.planner.estimate_s(job.plan, tokens, cached(pipeline, job, timing))
+        need = pipeline.planner.estimate_s(job.plan, tokens, cached(pipeline, job, timing),
+                                           held=job.engine_prefix.get(job.plan.precision, 0))
         left = job.clock.remaining()
         if need > left:
             raise Rejection(f'expected {need:.3f} s (its prefill and an answer of {tokens:.0f} '
