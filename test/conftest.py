@@ -17,6 +17,22 @@ os.environ.setdefault('ROS_DOMAIN_ID', str(random.randint(1, 100)))
 os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
 
 
+class Log:
+    """The serving layer's log (serving.artifacts.Log): keeps (level, message) lines."""
+
+    def __init__(self):
+        self.lines = []
+
+    def info(self, message):
+        self.lines.append(('info', message))
+
+    def warning(self, message):
+        self.lines.append(('warning', message))
+
+    def error(self, message):
+        self.lines.append(('error', message))
+
+
 @pytest.fixture(scope='session')
 def rclpy_context():
     import rclpy

@@ -4,6 +4,7 @@ import time
 
 import pytest
 
+from conftest import Log
 from timebill_ros.core.config import NodeConfig
 from timebill_ros.core.profile import Profile
 from timebill_ros.core.request import GoalSpec, Mode, Outcome, OverrunPolicy, Rejection
@@ -19,13 +20,6 @@ CONTEXT = ' '.join([FILLER[i % 3].format(i=i) for i in range(60)][:30] + [NEEDLE
                    + [FILLER[i % 3].format(i=i) for i in range(60)][30:])
 QUESTION = 'What is the bay code for dock 7?'
 PREFILL_PER_TOKEN_S, STEP_S = 0.002, 0.01
-
-
-class Log:
-    def info(self, msg):
-        pass
-
-    warning = error = info
 
 
 @pytest.fixture(scope='module')

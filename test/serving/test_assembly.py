@@ -2,18 +2,12 @@
 
 import pytest
 
+from conftest import Log
 from timebill_ros.core.config import NodeConfig
 from timebill_ros.core.planning import Plan
 from timebill_ros.core.request import Mode
 from timebill_ros.runtime.model import load_model, prompt_ids
 from timebill_ros.serving.assembly import Assembly
-
-
-class Log:
-    def info(self, message):
-        pass
-
-    warning = error = info
 
 
 def test_the_press_cost_learned_by_one_engine_is_what_the_next_goal_is_killed_by():

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from conftest import Log
 from timebill_ros.core.config import NodeConfig
 from timebill_ros.core.planning import Plan
 from timebill_ros.core.precision import pick_int8
@@ -17,20 +18,6 @@ from timebill_ros.serving.assembly import Assembly
 from timebill_ros.serving.jobs import JobHooks
 from timebill_ros.serving.loop import generate
 from timebill_ros.serving.server import Server
-
-
-class Log:
-    def __init__(self):
-        self.lines = []
-
-    def info(self, message):
-        self.lines.append(('info', message))
-
-    def warning(self, message):
-        self.lines.append(('warning', message))
-
-    def error(self, message):
-        self.lines.append(('error', message))
 
 
 @pytest.fixture(scope='module')

@@ -5,6 +5,7 @@ import json
 import jsonschema
 import pytest
 
+from conftest import Log
 from timebill_ros.core.config import NodeConfig
 from timebill_ros.core.output import StopReason
 from timebill_ros.core.request import GoalSpec, Mode, Outcome, Rejection
@@ -15,13 +16,6 @@ from timebill_ros.serving.server import Server
 SCHEMA = {'type': 'object', 'additionalProperties': False, 'required': ['action', 'why'],
           'properties': {'action': {'enum': ['stop', 'go', 'change_lane']},
                          'speed': {'type': 'number'}, 'why': {'type': 'string'}}}
-
-
-class Log:
-    def info(self, message):
-        pass
-
-    warning = error = info
 
 
 @pytest.fixture(scope='module')

@@ -359,6 +359,11 @@ class LlamaPrefill:
         """Tell whether the whole prompt is in the sequence."""
         return self.tokens_done >= self.total
 
+    @property
+    def next_chunk_extra_s(self) -> float:
+        """Return 0: a chunk here is a plain pass (no press runs on llama.cpp)."""
+        return 0.0
+
     def advance(self) -> None:
         """Decode the next chunk (logits of the prompt's last token only)."""
         begin, model = self.tokens_done, self.engine.model

@@ -33,6 +33,10 @@ class PrefillRun(Protocol):
     def done(self) -> bool:
         """Tell whether the whole prompt is prefilled."""
 
+    @property
+    def next_chunk_extra_s(self) -> float:
+        """Return what the next chunk adds to a plain pass of its tokens (e.g. a press)."""
+
     def advance(self) -> None:
         """Prefill the next chunk."""
 

@@ -146,7 +146,7 @@ class Prefilling:
         prefill cannot end by the deadline).
         """
         prefill = self.prefill
-        extra = getattr(prefill, 'next_chunk_extra_s', 0.0)  # a press on the last chunk
+        extra = prefill.next_chunk_extra_s  # a press on the last chunk
         if not self.last_tokens:
             left = prefill.total - prefill.tokens_done
             planned = getattr(getattr(self.member.run, 'plan', None), 'est_prefill_s', 0.0)
