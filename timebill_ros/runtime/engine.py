@@ -107,7 +107,6 @@ class Engine:
         self.prefill_chunk = prefill_chunk
         self.prefix_cache = prefix_cache
         self.press_cost = press_cost if press_cost is not None else PressCost()
-        self.last_presses: list = []  # the chunked presses of the last prefill pass
 
     def threads_for(self, precision: str) -> int:
         """Return the intra-op threads that decode steps at ``precision`` run with (0: as is)."""
@@ -223,9 +222,10 @@ class Engine:
 
         The pass holds the prompt's last tokens (the whole prompt, or the last chunk of
         a ``total``-token one when ``chunked``); only the last position's logits are kept.
+        Return (output, plan, the chunked presses that ran: each timed in ``spent_s``).
         """
         model = self.loaded.model
-        made = self.last_presses = []  # timed: what each spent compressing (chunked)
+        made: list = []
 
         def press_of(chosen: Plan):
             press = self.press_for_plan(chosen, total) if self.press_for_plan else None
@@ -238,7 +238,7 @@ class Engine:
             press = press_of(plan)
             with press(model) if press is not None else nullcontext():
                 return model(input_ids=ids, past_key_values=cache, use_cache=True,
-                             logits_to_keep=1), plan
+                             logits_to_keep=1), plan, made
         from timebill_ros.runtime.deferred_press import DeferredPress
         layers = model.model.layers
         if not 1 <= decide.layer <= len(layers):
@@ -257,7 +257,7 @@ class Engine:
         finally:
             handle.remove()
         stats.plan, stats.deferred_layers = decided[0], deferred.deferred_layers
-        return out, decided[0]
+        return out, decided[0], made
 
     def cached_prefix(self, prompt_ids: Sequence[int]) -> int:
         """Return how many of a prompt's first tokens the prefix cache holds now."""
@@ -363,21 +363,30 @@ class TorchPrefill:
                 engine.loaded.model(input_ids=ids, past_key_values=self.cache, use_cache=True,
                                     logits_to_keep=1)
             else:
-                if self.may_press:
-                    self._store(begin)  # before a press compresses the cache
-                stored_s = engine.clock() - t0
-                out, self.plan = engine._prefill(ids, self.cache, self.plan, self.decide,
-                                                 self.stats, self.total, chunked=begin > 0)
-                pressed_s = sum(press.spent_s for press in engine.last_presses)
-                self.logits = out.logits[0, -1]
-                if not self.may_press:
-                    self._store(self.total)
+                self._last_chunk(ids, begin)
             synchronize(engine.loaded.device)
             self.stats.prefill_s += engine.clock() - t0
-        if end == self.total and engine.last_presses:
-            # Timed where it runs: the prefix cache's copy and the press's compression.
-            engine.press_cost.learn((stored_s + pressed_s) / self.total)
         self.tokens_done = end
+
+    def _last_chunk(self, ids, begin: int) -> None:
+        """Run the last chunk: the press and the length decision, the prefix cache's copy.
+
+        The press cost is timed where it runs (the copy of the uncompressed blocks and
+        the press's compression) and taught to the engine's ``press_cost``.
+        """
+        engine = self.engine
+        t0 = engine.clock()
+        if self.may_press:
+            self._store(begin)  # before a press compresses the cache
+        stored_s = engine.clock() - t0
+        out, self.plan, presses = engine._prefill(ids, self.cache, self.plan, self.decide,
+                                                  self.stats, self.total, chunked=begin > 0)
+        self.logits = out.logits[0, -1]
+        if not self.may_press:
+            self._store(self.total)
+        if presses:
+            pressed_s = sum(press.spent_s for press in presses)
+            engine.press_cost.learn((stored_s + pressed_s) / self.total)
 
     def result(self) -> tuple:
         """Return (cache, first logits, stats) of the finished prefill."""
