@@ -111,14 +111,16 @@ class Planner(Protocol):
 
     def plan(self, request: Request, prompt_tokens: int, time_left_s: float,
              predicted: int | None = None, pending: bool = False,
-             timing: TimingModel | None = None, spread=None) -> Plan:
+             timing: TimingModel | None = None, spread=None,
+             engine_prefix: dict | None = None) -> Plan:
         """Plan a request whose prompt has ``prompt_tokens`` with ``time_left_s`` to go.
 
         ``predicted`` reuses an earlier length prediction for the same request;
         ``pending`` says the length will only be known during prefill; ``timing``
         replaces the planner's own full-precision ETE (a goal that will decode in a
         batch: ``BatchTimingModel.member``); ``spread``: the length distribution
-        ``predicted`` was drawn from when no predictor ran (recent answers).
+        ``predicted`` was drawn from when no predictor ran (recent answers);
+        ``engine_prefix``: prompt tokens each other engine holds from its last prompt.
         """
 
     def estimate_s(self, plan: Plan, tokens: float, timing: TimingModel | None = None,
@@ -140,7 +142,8 @@ class FullModelPlanner:
 
     def plan(self, request: Request, prompt_tokens: int, time_left_s: float,
              predicted: int | None = None, pending: bool = False,
-             timing: TimingModel | None = None, spread=None) -> Plan:
+             timing: TimingModel | None = None, spread=None,
+             engine_prefix: dict | None = None) -> Plan:
         """Return a plan that only records the prompt length and the mode."""
         return Plan(mode=Mode.NONE, prompt_tokens=prompt_tokens,
                     pessimistic_factor=request.pessimistic_factor)

@@ -156,6 +156,18 @@ class Interfaces:
         rejected = JobResult(outcome=Outcome.REJECTED, deadline_met=False, reason=exc.reason)
         self._responses.publish(convert.response_msg(key, rejected, self.stamp()))
 
+    def _internal_error(self, key: str, exc: Exception) -> Rejection:
+        """Log a failure of admission itself; return the rejection the caller gets.
+
+        A defect in planning must cost the goal, not the node: before this, one
+        exception here ended the executor and every goal after it went unanswered.
+        """
+        import traceback
+        self.get_logger().error(f'admission failed for {key}: '
+                                + ''.join(traceback.format_exception(exc)))
+        return Rejection(f'internal error while planning the goal ({type(exc).__name__}: '
+                         f'{exc}); the node keeps serving')
+
     def _on_goal(self, goal) -> GoalResponse:
         key = self._action.goal_uuid(goal)
         try:
@@ -166,6 +178,9 @@ class Interfaces:
             self.server.admit(convert.spec_from(goal, now_ns=self.now_ns()), key)
         except Rejection as exc:
             self._reject(key, exc)
+            return GoalResponse.REJECT
+        except Exception as exc:  # noqa: BLE001 - see _internal_error
+            self._reject(key, self._internal_error(key, exc))
             return GoalResponse.REJECT
         return GoalResponse.ACCEPT
 
@@ -189,6 +204,8 @@ class Interfaces:
                 convert.spec_from(msg, key, self.now_ns()), key))
         except Rejection as exc:
             self._reject(key, exc)
+        except Exception as exc:  # noqa: BLE001 - see _internal_error
+            self._reject(key, self._internal_error(key, exc))
 
     def _on_plan(self, request, response):
         try:
@@ -199,6 +216,10 @@ class Interfaces:
                 convert.spec_from(request, now_ns=self.now_ns()))
         except Rejection as exc:
             response.accepted, response.reason = False, exc.reason
+            return response
+        except Exception as exc:  # noqa: BLE001 - see _internal_error
+            response.accepted = False
+            response.reason = self._internal_error('a dry run', exc).reason
             return response
         response.accepted = True
         response.reason = (f'would be accepted (P(answer fits) = '
