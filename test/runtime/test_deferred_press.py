@@ -26,8 +26,8 @@ def prefill_cache(tiny, ids, plan, decide=None):
     stats = generate(engine, ids, 1, plan, lambda ev: True, decide=decide)
     # Prefill once more into a cache of our own to compare it layer by layer.
     with torch.inference_mode():
-        out, used = engine._prefill(torch.tensor([ids]), cache, plan, decide,
-                                    GenerationStats(), len(ids), chunked=False)
+        out, used, _ = engine._prefill(torch.tensor([ids]), cache, plan, decide,
+                                       GenerationStats(), len(ids), chunked=False)
     return cache, used, stats
 
 
