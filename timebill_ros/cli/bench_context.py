@@ -300,12 +300,7 @@ def main(argv=None) -> int:
               'right_full': sum(run['correct'] for run in loose.values()),
               'table': table, 'stall': stall, 'repeated': repeated, 'loose': loose,
               'records': records}
-    (out / 'bench.json').write_text(json.dumps(report, indent=1, default=str) + '\n')
-    text = markdown(report)
-    (out / 'README.md').write_text(text + '\n')
-    partial.unlink(missing_ok=True)  # bench.json holds it all
-    print(text)
-    return 0
+    return write_report(out, report)
 
 
 def report_partial(out: Path, parser) -> int:
@@ -327,10 +322,15 @@ def report_partial(out: Path, parser) -> int:
               'right_full': sum(run['correct'] for run in loose.values()),
               'table': summary(loose, records, tiers), 'stall': None, 'repeated': None,
               'loose': loose, 'records': records}
+    return write_report(out, report)
+
+
+def write_report(out: Path, report: dict) -> int:
+    """Write bench.json and README.md, drop partial.json (bench.json holds it all), print."""
     (out / 'bench.json').write_text(json.dumps(report, indent=1, default=str) + '\n')
     text = markdown(report)
     (out / 'README.md').write_text(text + '\n')
-    partial.unlink()
+    (out / 'partial.json').unlink(missing_ok=True)
     print(text)
     return 0
 

@@ -162,7 +162,6 @@ class Interfaces:
         A defect in planning must cost the goal, not the node: before this, one
         exception here ended the executor and every goal after it went unanswered.
         """
-        import traceback
         self.get_logger().error(f'admission failed for {key}: '
                                 + ''.join(traceback.format_exception(exc)))
         return Rejection(f'internal error while planning the goal ({type(exc).__name__}: '

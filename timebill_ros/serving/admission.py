@@ -69,9 +69,8 @@ class Admission:
         job = Job(key=key, request=request, prompt_ids=ids, clock=clock, plan=Plan(
             prompt_tokens=len(ids), predicted_tokens=known or 0,
             predictor='' if known else PENDING), spread=spread,
-            prefix_tokens=getattr(pipeline.engine, 'cached_prefix', lambda ids: 0)(ids),
-            engine_prefix=held_by_engines(pipeline, ids),
             grammar=grammar)
+        note_prefixes(job, pipeline)
         with dispatch.lock:
             dispatch.check_room_locked()
             try:
@@ -212,7 +211,7 @@ class Admission:
         """Return the estimated time of a job's predicted (not worst-case) answer."""
         return self.server.pipeline.planner.estimate_s(
             job.plan, self.expected_tokens(job), timing,
-            held=job.engine_prefix.get(job.plan.precision, 0))
+            held=job.held_by_plan_engine)
 
     def still_to_run_s(self, job: Job, timing, since: float, now: float) -> float:
         """Return the expected time a running job still holds the model.
@@ -409,7 +408,7 @@ class Admission:
             return
         tokens = max(1.0, min(self.expected_tokens(job), float(request.max_new_tokens)))
         need = pipeline.planner.estimate_s(job.plan, tokens, cached(pipeline, job, timing),
-                                           held=job.engine_prefix.get(job.plan.precision, 0))
+                                           held=job.held_by_plan_engine)
         left = job.clock.remaining()
         if need > left:
             raise Rejection(f'expected {need:.3f} s (its prefill and an answer of {tokens:.0f} '
@@ -452,7 +451,6 @@ class Admission:
             raise refused
         loaded = self.server.loaded
         before = (request, job.prompt_ids, job.prefix_tokens, job.engine_prefix)
-        cached = getattr(pipeline.engine, 'cached_prefix', lambda ids: 0)
         for keep in KEEP_SHARES:
             reduced = reduce_context(request.context, request.instruction, keep)
             if reduced.kept >= reduced.total:
@@ -460,8 +458,7 @@ class Admission:
             job.request = replace(request, context=reduced.text)
             job.prompt_ids = request_prompt_ids(loaded.tokenizer, job.request,
                                                 loaded.tokenizer_lock)
-            job.prefix_tokens = cached(job.prompt_ids)
-            job.engine_prefix = held_by_engines(pipeline, job.prompt_ids)
+            note_prefixes(job, pipeline)
             job.plan = replace(job.plan, prompt_tokens=len(job.prompt_ids))
             try:
                 self._plan_in_queue(job, pipeline, known, pending)
@@ -524,9 +521,15 @@ def cached(pipeline, job: Job, timing):
     return with_cached_prefix(timing or pipeline.planner.timing(), job.prefix_tokens)
 
 
-def held_by_engines(pipeline, ids) -> dict:
-    """Return {other engine option: prompt tokens it holds from its last prompt}."""
-    return getattr(pipeline.engine, 'cached_prefixes', lambda ids: {})(ids)
+def note_prefixes(job: Job, pipeline) -> None:
+    """Set what of the job's prompt need not be prefilled.
+
+    ``prefix_tokens``: in the torch prefix cache; ``engine_prefix``: in each other
+    engine option's held prompt.
+    """
+    engine, ids = pipeline.engine, job.prompt_ids
+    job.prefix_tokens = getattr(engine, 'cached_prefix', lambda ids: 0)(ids)
+    job.engine_prefix = getattr(engine, 'cached_prefixes', lambda ids: {})(ids)
 
 
 def on_torch_for_sure(planner, request) -> bool:

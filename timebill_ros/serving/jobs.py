@@ -66,6 +66,11 @@ class Job:
     grammar: str = ''
 
     @property
+    def held_by_plan_engine(self) -> int:
+        """Return the prompt tokens the engine option its plan runs on holds (0: none)."""
+        return self.engine_prefix.get(self.plan.precision, 0)
+
+    @property
     def answer_form(self) -> str:
         """Return what earlier answers of this form are kept under ('' = free text).
 
