@@ -1,13 +1,20 @@
 """The vLLM replica client: request bodies, the online timing model, routing (pure parts).
 
 The streaming itself runs against a real `vllm serve` in test/ros/test_node_vllm.py and
-timebill_ros.cli.bench_vllm (results/vllm).
+timebill_ros.cli.bench_vllm (results/vllm); the Kill's bound is also checked here against a
+plain HTTP server that streams slowly.
 """
 
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import json
+import threading
+import time
+
+import httpx
 
 from timebill_ros.serving.remote import (
-    deadline_priority, joined, Load, RemoteAnswer, RemoteGoal, ReplicaPool, ReplicaTiming)
+    deadline_priority, joined, Load, RemoteAnswer, RemoteGoal, ReplicaPool, ReplicaTiming,
+    stream_goal)
 
 
 def test_the_body_carries_the_cap_the_priority_and_the_answer_form():
@@ -93,3 +100,49 @@ def test_a_moved_goal_asks_the_next_replica_to_continue_its_answer():
     both = joined(first, rest)
     assert both.text == 'Turning left' and both.tokens == 2 and both.ended == 'completed'
     assert both.started == 10.0 and both.ttft_s == 0.3 and both.itl_s() == [11.2 - 10.3]
+
+
+class _SlowSse(BaseHTTPRequestHandler):
+    """A real HTTP server streaming one token every 0.1 s as vLLM's SSE chunks."""
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        self.rfile.read(int(self.headers['Content-Length']))
+        self.send_response(200)
+        self.send_header('Content-Type', 'text/event-stream')
+        self.end_headers()
+        try:
+            for index in range(100):
+                chunk = {'choices': [{'delta': {'content': f' w{index}'}}]}
+                self.wfile.write(f'data: {json.dumps(chunk)}\n\n'.encode())
+                self.wfile.flush()
+                time.sleep(0.1)
+        except OSError:  # the client closed the stream: how a Kill aborts a request
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+def test_kill_ends_at_the_deadline_while_a_feedback_call_blocks():
+    server = ThreadingHTTPServer(('127.0.0.1', 0), _SlowSse)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    sent, blocked = [], threading.Event()
+
+    def on_delta(text):  # the third token's feedback blocks for 3 s (a congested transport)
+        sent.append(text)
+        if len(sent) == 3:
+            blocked.set()
+            time.sleep(3.0)
+    try:
+        with httpx.Client() as client:
+            start = time.monotonic()
+            answer = stream_goal(client, f'http://127.0.0.1:{server.server_port}', {},
+                                 start + 1.0, on_delta)
+            returned = time.monotonic()
+    finally:
+        server.shutdown()
+    assert blocked.is_set() and answer.ended == 'killed'
+    assert returned - start < 1.0 + 0.2, returned - start
+    assert answer.finished - start < 1.0 + 0.2
+    # The result holds the tokens whose feedback was sent, the blocked one included.
+    assert answer.tokens == 3 and answer.text == ''.join(sent)

@@ -32,6 +32,8 @@ MIN_SAMPLES = 3
 KEPT_SAMPLES = 256
 PRIOR_TTFT_S, PRIOR_TTFT_PER_TOKEN_S, PRIOR_ITL_S = 0.2, 0.001, 0.05
 DOWN_FOR_S = 10.0  # a replica that failed is not chosen for this long
+# How long a Kill waits for a feedback call in progress (one normally takes under 1 ms).
+DELIVERY_GRACE_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,8 @@ class _Stream:
         self.answer, self.on_delta, self.canceled, self.clock = \
             answer, on_delta, canceled, clock
         self.lock, self.done, self.stopped = threading.Lock(), threading.Event(), False
+        self.delivering = threading.Event()  # set: no feedback call in progress
+        self.delivering.set()
         self.response = None
 
     def read(self, client: httpx.Client, url: str, body: dict) -> None:
@@ -172,14 +176,17 @@ class _Stream:
             with self.lock:
                 if self.stopped:
                     return
-                self._take(event)
+                texts = self._take(event)
+                self.delivering.clear()
+            self._deliver(texts)
         with self.lock:  # no [DONE]: the replica went away mid-answer
             if not self.stopped:
                 answer.ended = 'failed'
                 answer.error = 'the stream ended before the answer did (replica gone?)'
 
-    def _take(self, event: dict) -> None:
-        answer = self.answer
+    def _take(self, event: dict) -> list:
+        """Add the event's tokens to the answer; return their texts, to send as feedback."""
+        answer, texts = self.answer, []
         if event.get('usage'):
             answer.prompt_tokens = int(event['usage'].get('prompt_tokens', 0))
         for choice in event.get('choices', ()):
@@ -191,14 +198,33 @@ class _Stream:
                 answer.token_times.append(now)
                 answer.tokens += 1
                 answer.text += text
-                self.on_delta(text)
+                texts.append(text)
             if choice.get('finish_reason'):
                 answer.finish_reason = choice['finish_reason']
+        return texts
+
+    def _deliver(self, texts: list) -> None:
+        """Send tokens already in the answer as feedback, outside the lock.
+
+        A feedback call that blocks (a congested transport) must not hold a Kill past the
+        deadline; Kill waits for one in progress only a moment (DELIVERY_GRACE_S).
+        """
+        try:
+            for text in texts:
+                self.on_delta(text)
+        finally:
+            self.delivering.set()
 
     def kill(self) -> RemoteAnswer:
-        """Stop taking tokens, close the connection in the background, return the answer."""
+        """Stop taking tokens, close the connection in the background, return the answer.
+
+        The answer holds every token taken so far; the feedback of the last one may still
+        be on its way when it takes longer than DELIVERY_GRACE_S.
+        """
         with self.lock:
             self.stopped = True
+        self.delivering.wait(DELIVERY_GRACE_S)
+        with self.lock:
             response = self.response
             answer = replace(self.answer, ended='killed', finished=self.clock(),
                              token_times=list(self.answer.token_times))

@@ -32,6 +32,10 @@ from timebill_ros.serving.remote import (
 from timebill_ros.serving.remote_admission import plan_on_pool
 
 
+# A Kill later than this is logged: it should be late by one token plus the network.
+LATE_KILL_S = 0.2
+
+
 @dataclass(frozen=True)
 class RemoteModel:
     """What the node reports of the model it serves through replicas."""
@@ -247,6 +251,9 @@ class RemoteServer:
             outcome, stop = Outcome.KILLED, StopReason.KILLED
             reason = (f'killed at the deadline after {answer.tokens} tokens '
                       f'({answer.finished - clock.deadline:.3f} s past it); text is partial')
+            if answer.finished - clock.deadline > LATE_KILL_S:
+                self.log.warning(f'goal {job.key[:8]}: {reason} (this process was not '
+                                 'scheduled in time, or its GIL was held)')
         elif answer.ended == 'canceled':
             outcome, stop = Outcome.CANCELED, StopReason.CANCELED
             reason = self.closing or f'canceled after {answer.tokens} tokens'
