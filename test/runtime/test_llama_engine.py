@@ -117,7 +117,7 @@ def test_goals_batched_in_one_lane_keep_their_solo_answers(engine, tokenizer):
         def failed(self, exc):
             raise exc
 
-    def refill(loop):
+    def refill(loop, before):
         if not waiting:
             return False
         key, ids = waiting.pop(0)

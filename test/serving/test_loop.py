@@ -153,8 +153,8 @@ def run_all(backend, goals, capacity=1):
     """Run (request, plan, cancel, decide) goals in one loop, all waiting at the start."""
     results, waiting = {}, list(enumerate(goals))
 
-    def refill(loop):
-        if not waiting:
+    def refill(loop, before):
+        if not waiting or waiting[0][1][0].budget_s >= before:  # all start at 0
             return False
         key, (req, plan, cancel, decide, seen) = waiting.pop(0)
         run = JobRun(req, plan, DeadlineClock(0.0, req.budget_s, backend.clock), cancel,
@@ -260,7 +260,7 @@ def test_a_long_prefill_interleaves_with_the_goals_already_decoding():
     backend = ScriptedBackend(clock, 0.1, words=30, chunks=len)  # a chunk per prompt token
     seen, results, waiting = {0: [], 1: []}, {}, [(0, [1]), (1, [1] * 20)]
 
-    def refill(loop):
+    def refill(loop, before):
         if not waiting:
             return False
         key, prompt = waiting.pop(0)
@@ -286,8 +286,8 @@ def run_prompts(backend, goals, capacity):
     seen, results = {key: [] for key in range(len(goals))}, {}
     waiting = [(key, prompt, budget) for key, (prompt, budget) in enumerate(goals)]
 
-    def refill(loop):
-        if not waiting:
+    def refill(loop, before):
+        if not waiting or waiting[0][2] >= before:  # every clock starts at 0
             return False
         key, prompt, budget = waiting.pop(0)
         req = request(budget=budget)
@@ -296,7 +296,8 @@ def run_prompts(backend, goals, capacity):
         loop.start(Member(str(key), run, req.max_new_tokens,
                           lambda result: results.__setitem__(key, result)), prompt, Plan())
         return True
-    DecodeLoop(backend, capacity).run(refill)
+    while waiting:  # as the worker does: a new loop when the last one emptied
+        DecodeLoop(backend, capacity).run(refill)
     return seen, results
 
 
@@ -322,6 +323,29 @@ def test_a_long_prefill_with_a_later_deadline_waits_for_goals_decoding_to_earlie
     assert results[1].outcome == Outcome.COMPLETED and results[1].deadline_met
     assert results[1].e2e_s == pytest.approx(0.9)
     assert results[0].outcome == Outcome.COMPLETED
+
+
+def test_with_one_decode_place_short_goals_run_between_a_long_prompts_chunks():
+    clock = ScriptedClock()
+    backend = ScriptedBackend(clock, 0.1, words=5, chunks=len)  # a chunk per prompt token
+    # One place (max_batch 1): a 40-chunk prompt with a loose deadline holds it while it
+    # prefills; two 1-chunk goals with 1.5 s each overtake it, one after the other.
+    seen, results = run_prompts(backend, [([1] * 40, 100.0), ([1], 1.5), ([1], 1.5)], 1)
+    assert results[1].outcome == results[2].outcome == Outcome.COMPLETED
+    assert results[1].deadline_met and results[2].deadline_met
+    assert seen[2][0] > seen[1][-1]  # one decodes at a time
+    assert results[0].outcome == Outcome.COMPLETED and results[0].tokens == 5
+    # The long prompt waited while they ran: its chunks, their chunks and steps.
+    assert results[0].e2e_s == pytest.approx(0.1 * (40 + 2 * 6 + 5))
+
+
+def test_with_one_decode_place_a_later_deadline_waits_behind_a_long_prefill():
+    clock = ScriptedClock()
+    backend = ScriptedBackend(clock, 0.1, words=5, chunks=len)
+    # A goal with a later deadline than the prefilling one does not overtake it.
+    seen, results = run_prompts(backend, [([1] * 10, 5.0), ([1], 50.0)], 1)
+    assert seen[1][0] > seen[0][-1]
+    assert results[0].deadline_met and results[1].deadline_met
 
 
 def test_a_prefill_stopped_between_chunks_frees_what_it_holds():

@@ -16,7 +16,7 @@ from timebill_ros.core.request import GoalSpec, Mode, Outcome, OverrunPolicy, Re
 from timebill_ros.runtime.model import load_model, prompt_ids
 from timebill_ros.serving.assembly import Assembly
 from timebill_ros.serving.jobs import JobHooks
-from timebill_ros.serving.loop import generate
+from timebill_ros.serving.loop import DecodeLoop, generate, Member, Prefilling
 from timebill_ros.serving.server import Server
 
 
@@ -69,6 +69,27 @@ def test_every_submitted_goal_finishes_and_is_reported_once(loaded):
         assert all(job.result.tokens == 3 for job in jobs)
     finally:
         server.stop()
+
+
+def test_a_queued_kill_goal_ends_at_its_deadline_while_the_model_is_held(loaded):
+    server, finished = make_server(loaded, 'edf')
+    try:
+        with server.assembly.model_lock:  # the worker holds a goal it cannot run yet
+            server.submit(server.admit(spec(60.0), 'first'))
+            wait_executing(server)
+            kill = server.admit(spec(0.5), 'kill')
+            skip = server.admit(spec(0.5, policy=OverrunPolicy.SKIP_NEXT), 'skip')
+            server.submit(kill)
+            server.submit(skip)
+            assert kill.done.wait(5.0), 'a queued Kill goal outlived its deadline'
+            assert kill.result.outcome == Outcome.KILLED and not kill.result.deadline_met
+            assert 'while queued' in kill.result.reason
+            assert kill.result.e2e_s <= 0.5 + 0.1, kill.result.e2e_s
+            assert not skip.done.is_set()  # Skip-Next may run late: it stays queued
+        assert skip.done.wait(60.0) and skip.result.tokens > 0
+        assert [key for key, _ in finished].count('kill') == 1
+    finally:
+        server.stop(timeout_s=30.0)
 
 
 def test_edf_runs_the_earliest_deadline_first_while_fifo_keeps_arrival_order(loaded):
@@ -245,6 +266,37 @@ def test_admission_counts_the_expected_wait_and_protects_accepted_goals(loaded, 
             # Later deadlines queue behind without harm.
             server.submit(server.admit(GoalSpec('Go.', budget_s=30.0, mode=int(Mode.NONE),
                                                 max_new_tokens=10), 'patient'))
+    finally:
+        server.stop(timeout_s=30.0)
+
+
+def test_admission_lets_an_earlier_deadline_overtake_a_goal_still_prefilling(
+        loaded, tmp_path, synthetic_profile):
+    server = profiled_server(loaded, tmp_path, synthetic_profile, 'edf',
+                             queue_aware_admission=True)
+    auto = int(Mode.AUTO)
+    engine = server.pipeline.engine
+    try:
+        with server.assembly.model_lock:
+            hold_worker(server)  # 'long': ~4.9 s of work, 60 s budget
+            # As the loop holds it while its prompt is prefilled (no chunk run yet).
+            loop = DecodeLoop(engine, 1)
+            prefill = engine.begin_prefill(prompt_ids(loaded.tokenizer, 'Go.'), Plan())
+            loop.prefilling.append(Prefilling(Member('long', None, 50, lambda r: None),
+                                              prefill))
+            server.dispatch.loop = loop
+            # 2 s fits: it starts between the long prompt's chunks, not after its answer.
+            short = server.admit(GoalSpec('Go.', budget_s=2.0, mode=auto, max_new_tokens=5),
+                                 'short')
+            assert 'wait' not in short.plan.note, short.plan.note
+            server.submit(short)
+            # A later deadline than the prefilling goal's waits for it all the same.
+            with pytest.raises(Rejection, match=r'after an expected [4-9]\.\d+ s wait'):
+                server.admit(GoalSpec('Go.', budget_s=61.0, mode=auto, max_new_tokens=600),
+                             'later')
+            server.dispatch.loop = None
+            prefill.abandon()
+        assert short.done.wait(30.0)
     finally:
         server.stop(timeout_s=30.0)
 

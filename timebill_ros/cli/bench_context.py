@@ -145,19 +145,29 @@ def run_tiers(nodes: Nodes, items: list, tiers: list, log, save=lambda loose, re
     return loose, records
 
 
+SHORT_QUESTIONS = ('Stop or go?', 'Say yes.', 'Left or right?')
+
+
 def run_stall(nodes: Nodes, long_item, log) -> dict:
-    """Send a long prompt, then three short goals 1 s later; return what happened."""
+    """Send a long prompt, then short 3-s goals; return what happened to each.
+
+    Three MODE_NONE goals 1 s in, three MODE_AUTO ones 3 s in (while it prefills).
+    """
     long_run = nodes.send('A', long_item.instruction, long_item.context, LOOSE_S,
                           long_item.max_new_tokens, mode=int(Mode.NONE))
     sent = time.monotonic()
-    time.sleep(1.0)
-    shorts = [(nodes.send('A', question, '', 3.0, 8, mode=int(Mode.NONE)), time.monotonic())
-              for question in ('Stop or go?', 'Say yes.', 'Left or right?')]
+    shorts = {}
+    for name, mode, at in (('short', Mode.NONE, 1.0), ('short_auto', Mode.AUTO, 3.0)):
+        time.sleep(max(0.0, sent + at - time.monotonic()))
+        shorts[name] = [(nodes.send('A', question, '', 3.0, 8, mode=int(mode)),
+                         time.monotonic()) for question in SHORT_QUESTIONS]
     long_record = nodes.record('A', long_run, LOOSE_S, sent)
-    short_records = [nodes.record('A', run, 3.0, at) for run, at in shorts]
-    log(f"stall: long {long_record['e2e_s']:.2f} s; short met "
-        f"{sum(r['met'] for r in short_records)}/3")
-    return {'long': long_record, 'short': short_records}
+    out = {'long': long_record}
+    for name, runs in shorts.items():
+        out[name] = [nodes.record('A', run, 3.0, at) for run, at in runs]
+        log(f"stall: long {long_record['e2e_s']:.2f} s; {name} met "
+            f"{sum(r['met'] for r in out[name])}/3")
+    return out
 
 
 def run_repeated(nodes: Nodes, log) -> dict:
@@ -225,9 +235,12 @@ def markdown(report: dict) -> str:
     stall, rep = report['stall'], report['repeated']
     if stall:
         lines += ['', f"**Short goals during a long prefill**: the long prompt took "
-                  f"{stall['long']['e2e_s']:.2f} s; the three 3-s goals sent 1 s in: "
-                  + ', '.join(f"{r['outcome']} in {r['e2e_s']:.2f} s" for r in stall['short'])
-                  + '.', '']
+                  f"{stall['long']['e2e_s']:.2f} s ({stall['long']['outcome']}); the three "
+                  "3-s MODE_NONE goals sent 1 s in: " + ', '.join(
+                      f"{r['outcome']} in {r['e2e_s']:.2f} s" for r in stall['short'])
+                  + '; the three 3-s MODE_AUTO goals sent 3 s in: ' + ', '.join(
+                      f"{r['outcome']} in {r['e2e_s']:.2f} s"
+                      for r in stall.get('short_auto', ())) + '.', '']
     if not rep:
         return '\n'.join(lines)
     lines += ['**Repeated context** (one log, ten questions):', '',

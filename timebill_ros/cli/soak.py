@@ -119,14 +119,20 @@ class SideClient:
         except Exception:  # noqa: BLE001 - a goal that already ended cannot be canceled
             pass
 
-    def finish(self, timeout_s: float) -> dict:
-        """Wait for every side goal; return their counts and the probe TPOTs."""
+    def finish(self, timeout_s: float, alive=lambda: True) -> dict:
+        """Wait for every side goal; return their counts and the probe TPOTs.
+
+        ``timeout_s`` bounds the whole wait, not each goal's; once ``alive()`` says the
+        node is gone no goal is waited for (each one left counts as unanswered).
+        """
         from timebill_ros.tools.client import ClientTimeout, outcome_name
         self.stop.set()
         unanswered, outcomes, tpot = 0, {}, []
+        until = time.monotonic() + timeout_s
         for kind, run in self.runs:
+            left = until - time.monotonic() if alive() else 0.0
             try:
-                self.client.wait(run, timeout_s)
+                self.client.wait(run, max(0.0, left))
             except ClientTimeout:
                 unanswered += 1
                 continue
@@ -289,7 +295,7 @@ def main(argv=None) -> int:
             thread.start()
         result = replay(bag, out / 'run', node=f'{NAMESPACE}/timebill', timeout_s=180.0,
                         discovery_timeout_s=30.0, render=False)
-        side_figures = side.finish(180.0)
+        side_figures = side.finish(180.0, alive=lambda: node.proc.poll() is None)
         stop.set()
         threads[0].join(timeout=args.sample_s + 5)
         samples.append({'t': time.monotonic() - began, **proc_sample(node.proc.pid)})

@@ -270,22 +270,46 @@ class Admission:
             raise Rejection(f'{", ".join(where)}: {exc.reason}', exc.plan) from None
 
     def _fit_in_queue(self, job: Job, pipeline, known, pending: bool) -> None:
-        """Queue-aware admission onto one decode slot (lock held)."""
+        """Queue-aware admission onto one decode slot (lock held).
+
+        A running goal still in its prefill whose deadline is later than the newcomer's
+        and than those of the goals queued ahead is overtaken (the loop starts an
+        earlier deadline between its chunks): the newcomer does not wait for it, and is
+        refused when the delay would push it past its deadline.
+        """
         dispatch, model, now = self.server.dispatch, pipeline.online.model, time.monotonic()
         ahead, behind = dispatch.queue.ahead(job.waiting())
         waiting = [*dispatch.held.values(), *ahead]
         wait = sum(self.expected_s(other, model) for other in waiting)
+        latest = max(other.clock.deadline for other in [job, *waiting])
+        prefills, overtaken = dispatch.prefills_left(), []
         for running, since in dispatch.running.values():
-            wait += self.still_to_run_s(running, model, since, now)
+            if running.key in prefills and running.clock.deadline > latest:
+                overtaken.append((running, self.prefill_paused_rest_s(
+                    running, model, prefills[running.key], now)))
+            else:
+                wait += self.still_to_run_s(running, model, since, now)
         job.plan = self._plan(job, pipeline, known, pending, wait, None, 1,
-                              len(waiting) + len(dispatch.running))
-        mine, start, pushed = self.expected_s(job, model), wait, []
+                              len(waiting) + len(dispatch.running) - len(overtaken))
+        mine, start = self.expected_s(job, model), wait
+        pushed = [other.key[:8] for other, rest in overtaken
+                  if rest + wait <= other.clock.remaining(now) < rest + wait + mine]
         for other in behind:  # dispatch order: each starts after those before it
             end = start + self.expected_s(other, model)
             if end <= other.clock.remaining(now) < end + mine:
                 pushed.append(other.key[:8])
             start = end
         self._refuse_if_pushed(job, pushed)
+
+    def prefill_paused_rest_s(self, job: Job, timing, tokens_done: int, now: float) -> float:
+        """Return what a goal still prefilling has left: its expected time less its chunks.
+
+        Not from the time since it started: it may have been paused for others.
+        """
+        rest = self.expected_s(job, timing) - (timing.prefill(tokens_done) - timing.prefill(0))
+        if job.request.policy == OverrunPolicy.KILL:
+            rest = min(rest, job.clock.remaining(now))
+        return max(0.0, rest)
 
     def _fit_in_batch(self, job: Job, pipeline, known, pending: bool) -> None:
         """Admit a newcomer onto ``max_batch`` decode slots (lock held).

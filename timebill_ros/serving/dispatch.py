@@ -2,26 +2,29 @@
 
 One worker thread owns the model: it takes the next goal and runs it in the decode
 loop (serving/loop.py), which takes further goals in at token boundaries while it
-has room (``max_batch``). Everything else touches only the queue, under one lock,
-with timed waits.
+has room (``max_batch``), or a goal that overtakes a long prefill. An expiry watch
+ends queued Kill goals at their deadlines. Everything else touches only the queue,
+under one lock, with timed waits.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+import math
 import threading
 import time
 from typing import Callable
 
 from timebill_ros.core.deadline import SkipNextTracker
 from timebill_ros.core.execution import ended_before_start, JobResult, JobRun
-from timebill_ros.core.request import Outcome, Rejection
+from timebill_ros.core.request import Outcome, OverrunPolicy, Rejection
 from timebill_ros.core.scheduling import make_scheduler
 from timebill_ros.runtime.choosing import TokenChooser
 from timebill_ros.serving.jobs import Job, JobHooks
 from timebill_ros.serving.loop import DecodeLoop, Member
 
 WORKER_POLL_S = 0.2
+EXPIRY_POLL_S = 1.0  # the expiry watch also wakes when a goal is queued
 
 
 class Dispatch:
@@ -38,11 +41,16 @@ class Dispatch:
         self.jobs: dict = {}  # queued, running or finished and not yet collected
         self.running: dict = {}  # key -> (job, started at)
         self._skip = SkipNextTracker()
+        self.loop: DecodeLoop | None = None  # the worker's loop while it runs
         self._stopping = False
         self.closing = ''  # why no goal is taken any more (a shutdown), '' while serving
         self._worker = threading.Thread(target=self._work_loop, name='timebill-worker',
                                         daemon=True)
         self._worker.start()
+        self._queued = threading.Condition(self.lock)  # wakes the expiry watch
+        self._expiry = threading.Thread(target=self._expire_loop, name='timebill-expiry',
+                                        daemon=True)
+        self._expiry.start()
 
     # -- the queue ------------------------------------------------------------------------
 
@@ -85,6 +93,7 @@ class Dispatch:
                 self.queue.push(job, job.waiting())
                 self.server.learning.accepted()
                 self._work.notify()
+                self._queued.notify()
         if closing:
             hooks.on_start()
             self.finish(job, ended_before_start(job.clock, Outcome.FAILED,
@@ -132,6 +141,12 @@ class Dispatch:
                                                 f'{self.closing} before it started', job.plan))
         return len(queued)
 
+    def prefills_left(self) -> dict:
+        """Return the goals of the running loop still prefilling: key -> tokens done."""
+        loop = self.loop
+        entries = list(loop.prefilling) if loop is not None else []
+        return {entry.member.key: entry.prefill.tokens_done for entry in entries}
+
     def settled(self) -> bool:
         """Tell whether no goal runs, waits or has a result left to collect."""
         with self.lock:
@@ -142,19 +157,53 @@ class Dispatch:
         with self.lock:
             self._stopping = True
             self._work.notify_all()
+            self._queued.notify_all()
         self._worker.join(timeout=timeout_s)
+        self._expiry.join(timeout=timeout_s)
+
+    # -- the expiry watch -----------------------------------------------------------------
+
+    def _expire_loop(self) -> None:
+        """End queued Kill goals at their deadlines, not when the worker reaches them.
+
+        A goal may wait behind a running one that holds the model past the waiting
+        goal's deadline (a long prefill, a Skip-Next overrun, a reload): Kill ends it at
+        its deadline all the same, with the time it waited.
+        """
+        while True:
+            with self.lock:
+                if self._stopping:
+                    return
+                now = time.monotonic()
+                killable = [job for job in self.queue
+                            if job.request.policy == OverrunPolicy.KILL]
+                expired = [job for job in killable if job.clock.expired(now)]
+                for job in expired:
+                    self.queue.remove(job)
+                if not expired:
+                    due = min((job.clock.deadline for job in killable), default=math.inf)
+                    self._queued.wait(min(max(0.0, due - now), EXPIRY_POLL_S))
+                    continue
+            for job in expired:
+                job.hooks.on_start()
+                self.finish(job, JobRun(job.request, job.plan, job.clock,
+                                        job.cancel_requested, job.hooks.on_feedback
+                                        ).before_start())
 
     # -- the worker -----------------------------------------------------------------------
 
-    def _take(self, block: bool):
+    def _take(self, block: bool, before: float = math.inf):
         """Pop the job to run next and start it: (job, skip reason), or None.
 
-        None when stopping, or when nothing waits and ``block`` is False.
+        None when stopping, when nothing waits and ``block`` is False, or when the next
+        job's deadline is not earlier than ``before`` (it may not overtake).
         """
         with self.lock:
             while block and not self._stopping and len(self.queue) == 0:
                 self._work.wait(WORKER_POLL_S)
             if self._stopping or len(self.queue) == 0:
+                return None
+            if before != math.inf and next(iter(self.queue)).clock.deadline >= before:
                 return None
             job = self.queue.pop()
             job.stop_requested = self._stop_requested(job)
@@ -203,14 +252,20 @@ class Dispatch:
         first = [taken]
         try:
             with self.server.assembly.model_lock:
-                loop.run(lambda loop: self._refill(loop, pipeline, first))
+                self.loop = loop
+                loop.run(lambda loop, before: self._refill(loop, pipeline, first, before))
         except Exception as exc:  # noqa: BLE001 - end the loop's goals, keep the worker
             self.server.log.error(f'decode loop failed: {exc!r}')
             loop.fail_all(exc)
+        finally:
+            self.loop = None
 
-    def _refill(self, loop: DecodeLoop, pipeline, first: list) -> bool:
-        """Start the next goal in the loop (the worker's first, then the queue's)."""
-        taken = first.pop() if first else self._take(block=False)
+    def _refill(self, loop: DecodeLoop, pipeline, first: list, before: float) -> bool:
+        """Start the next goal in the loop (the worker's first, then the queue's).
+
+        A queued goal starts only when its deadline is earlier than ``before``.
+        """
+        taken = first.pop() if first else self._take(block=False, before=before)
         if taken is None:
             return False
         job, skip_reason = taken
@@ -230,7 +285,8 @@ class Dispatch:
             self._done(job, ended)
             return
         admission = self.server.admission
-        batch = loop.decoding() + 1
+        # Those in the loop decode beside it, but not a prefill it overtakes (no place).
+        batch = min(loop.decoding(), loop.capacity - 1) + 1
         timing = None
         if batch > 1 and pipeline.batch is not None:  # (a batch model implies an ETE)
             # Goals of every precision share a round, so all of them count as the batch.

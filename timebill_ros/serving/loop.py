@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 import math
+import sys
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
@@ -233,17 +234,36 @@ class DecodeLoop:
         return max((lane.cached_tokens() for lane in self.lanes.values() if len(lane)),
                    default=0)
 
-    def run(self, refill: Callable[['DecodeLoop'], bool]) -> None:
-        """Decode until no goal is left; ``refill(loop)`` starts one waiting goal.
+    def room_before(self) -> float | None:
+        """Return the deadline a goal must beat to start now: inf (any), or None (no room).
 
-        ``refill`` returns False when none waits; it is asked once before the first
-        round, then at every token boundary while there is room.
+        Below ``capacity`` any goal may start. When prefilling goals hold the places a
+        goal with an earlier deadline than all of them may still start while a decode
+        place is free: it prefills first and decodes while they wait (a long prompt
+        does not stall a short goal). Paused prefills are bounded (``capacity`` more).
+        """
+        if self.closed():
+            return None
+        if self.decoding() < self.capacity:
+            return math.inf
+        if len(self.members) < self.capacity and len(self.prefilling) < 2 * self.capacity:
+            earliest = min(_deadline(entry.member.run) for entry in self.prefilling)
+            # Prefills without deadlines yield to a goal with one, not to another without.
+            return min(earliest, sys.float_info.max)
+        return None
+
+    def run(self, refill: Callable[['DecodeLoop', float], bool]) -> None:
+        """Decode until no goal is left; ``refill(loop, before)`` starts one waiting goal.
+
+        ``refill`` starts a goal whose deadline is earlier than ``before`` (inf: any)
+        and returns False when none waits; it is asked once before the first round,
+        then at every token boundary while there is room (``room_before``).
         """
         try:
-            refill(self)
+            refill(self, math.inf)
             while self.members or self.prefilling:
-                while self.decoding() < self.capacity and not self.closed():
-                    if not refill(self):
+                while (before := self.room_before()) is not None:
+                    if not refill(self, before):
                         break
                 if self.prefilling:
                     self._prefill_chunk()
@@ -299,6 +319,8 @@ class DecodeLoop:
         due = min((_deadline(m.run) for m in self.members.values()), default=math.inf)
         if prefill.chunks_left > 1 and _deadline(member.run) > due:
             return  # EDF: a long prefill waits while goals decode toward earlier deadlines
+        if prefill.chunks_left <= 1 and len(self.members) >= self.capacity:
+            return  # its last chunk would make it decode: it waits for a decode place
         try:
             entry.advance(self.backend.clock)
             if not prefill.done:
@@ -480,9 +502,12 @@ def generate(backend: Backend, prompt_ids: Sequence[int], max_new_tokens: int, p
     member = Member('generate', _CallbackRun(plan, on_token, token_budget, switch),
                     max_new_tokens, ended.append)
 
-    def refill(loop: DecodeLoop) -> bool:  # the one goal, once
-        if member.stats is not None or ended:
+    started = []
+
+    def refill(loop: DecodeLoop, before: float) -> bool:  # the one goal, once
+        if started:
             return False
+        started.append(member)
         loop.start(member, prompt_ids, plan, decide)
         return True
     DecodeLoop(backend).run(refill)
