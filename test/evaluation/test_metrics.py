@@ -39,3 +39,26 @@ def test_needle_items_plant_one_fact_and_ask_for_it():
         assert context.count('[note] maintenance') == 1 and f'bay {refs[0]}.' in context
         assert 'Answer with the bay code only' in instruction
     assert len({refs[0] for *_, refs in first}) > 1
+
+
+def test_status_items_hide_one_fault_and_name_its_unit_as_the_answer():
+    from timebill_ros.evaluation import tasks
+    first = list(tasks._status_items(0, count=4))
+    assert first == list(tasks._status_items(0, count=4))  # deterministic
+    for item_id, instruction, context, refs in first:
+        alarms = [line for line in context.splitlines() if line.startswith('[alarm]')]
+        assert len(alarms) == 1 and alarms[0].startswith(f'[alarm] {refs[0]}: ')
+        assert instruction == tasks.STATUS_INSTRUCTION and item_id.startswith('status-0-')
+    assert score('contains', 'Unit FORK-5 stopped with a motor fault.', ['FORK-5']) == 1.0
+
+
+def test_held_out_context_items_take_kinds_in_turn():
+    from transformers import AutoTokenizer
+    from timebill_ros.cli.bench_context import held_out_items
+    from timebill_ros.runtime.model import embedded_dir
+    tokenizer = AutoTokenizer.from_pretrained(embedded_dir())
+    items = held_out_items(5, tokenizer, 7, ('needle', 'squad', 'status'))
+    assert [item.task for item in items] == ['needle', 'squad', 'status', 'needle', 'squad']
+    assert all(500 <= item.prompt_tokens <= 4000 for item in items)
+    # By default needles and SQuAD alternate, needles first (the earlier runs' items).
+    assert [i.task for i in held_out_items(3, tokenizer, 7)] == ['needle', 'squad', 'needle']

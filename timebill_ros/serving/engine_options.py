@@ -21,6 +21,16 @@ from timebill_ros.serving import artifacts
 from timebill_ros.serving.artifacts import Log
 
 
+def llama_sequences(max_batch: int) -> int:
+    """Return the sequences an option's context holds for a loop of ``max_batch``.
+
+    The loop decodes up to ``max_batch`` goals and holds as many more in their prefill
+    (goals with earlier deadlines overtake a long prefill, serving/loop.py): each needs
+    a sequence, or its prefill would fail.
+    """
+    return 2 * max(1, max_batch)
+
+
 def llama_engines(config, loaded, log: Log) -> dict:
     """Return {option: LlamaEngine} for ``config.llama_formats()`` ({} when off or unusable).
 
@@ -40,7 +50,7 @@ def llama_engines(config, loaded, log: Log) -> dict:
         for weight_format in formats:
             option = option_name(weight_format)
             path = gguf_variant(embedded_gguf(), weight_format, cache_root())
-            model = LlamaModel(path, config.llama_context, max(1, config.max_batch),
+            model = LlamaModel(path, config.llama_context, llama_sequences(config.max_batch),
                                config.llama_chunk, threads or _cores(),
                                hold_prefix=config.prefix_cache_mb > 0)
             engines[option] = LlamaEngine(model, option, loaded.tokenizer, loaded.eos_ids,

@@ -240,13 +240,14 @@ class DecodeLoop:
         Below ``capacity`` any goal may start. When prefilling goals hold the places a
         goal with an earlier deadline than all of them may still start while a decode
         place is free: it prefills first and decodes while they wait (a long prompt
-        does not stall a short goal). Paused prefills are bounded (``capacity`` more).
+        does not stall a short goal). The loop holds at most 2 x ``capacity`` goals
+        (engine_options.llama_sequences).
         """
         if self.closed():
             return None
         if self.decoding() < self.capacity:
             return math.inf
-        if len(self.members) < self.capacity and len(self.prefilling) < 2 * self.capacity:
+        if len(self.members) < self.capacity and self.decoding() < 2 * self.capacity:
             earliest = min(_deadline(entry.member.run) for entry in self.prefilling)
             # Prefills without deadlines yield to a goal with one, not to another without.
             return min(earliest, sys.float_info.max)
@@ -312,15 +313,12 @@ class DecodeLoop:
                 self._end_prefill(entry, stopped if isinstance(stopped, Exception) else
                                   PrefillInterrupted(prefill.tokens_done, prefill.total,
                                                      entry.spent_s))
-        if not self.prefilling:
-            return
-        entry = min(self.prefilling, key=lambda e: e.prefill.total - e.prefill.tokens_done)
-        member, prefill = entry.member, entry.prefill
         due = min((_deadline(m.run) for m in self.members.values()), default=math.inf)
-        if prefill.chunks_left > 1 and _deadline(member.run) > due:
-            return  # EDF: a long prefill waits while goals decode toward earlier deadlines
-        if prefill.chunks_left <= 1 and len(self.members) >= self.capacity:
-            return  # its last chunk would make it decode: it waits for a decode place
+        ready = [entry for entry in self.prefilling if self._may_prefill(entry, due)]
+        if not ready:
+            return
+        entry = min(ready, key=lambda e: e.prefill.total - e.prefill.tokens_done)
+        member, prefill = entry.member, entry.prefill
         try:
             entry.advance(self.backend.clock)
             if not prefill.done:
@@ -331,6 +329,20 @@ class DecodeLoop:
             return
         self.prefilling.remove(entry)
         self._take_in(member, cache, logits, stats, prefill.total)
+
+    def _may_prefill(self, entry: 'Prefilling', due: float) -> bool:
+        """Tell whether a prefilling goal may run its next chunk this round.
+
+        A long prefill waits while goals decode toward earlier deadlines (EDF, ``due``).
+        A last chunk makes its goal decode: it waits for a decode place that no
+        prefilling goal with an earlier deadline will take first. With no goal decoding
+        the earliest deadline may always go on, so the loop cannot stall.
+        """
+        deadline = _deadline(entry.member.run)
+        if entry.prefill.chunks_left > 1:
+            return deadline <= due
+        earlier = sum(_deadline(other.member.run) < deadline for other in self.prefilling)
+        return len(self.members) + earlier < self.capacity
 
     def _end_prefill(self, entry: 'Prefilling', exc: Exception) -> None:
         """End a prefilling goal with ``exc`` (stopped, or its engine failed)."""
