@@ -18,7 +18,7 @@ MODEL = TimingModel(0.0, 0.001, 0.0, 1e-5, 0.03)  # prefill 2 s at 2000 tokens
 SETTINGS = replace(PlannerSettings.from_config(NodeConfig()), time_margin=0.0,
                    min_cut_saving=0.0, min_switch_speedup=1.0, auto_early_exit=True,
                    admit_probability=0.02)
-RESOURCES = ('early_exit', 'precisions', 'effects', 'mix', 'engines')
+RESOURCES = ('early_exit', 'precisions', 'effects', 'mix', 'engines', 'press_s_per_token')
 
 
 def make_planner(timing, predictor, **kwargs):
@@ -60,6 +60,23 @@ def test_eviction_mode_picks_alpha_star():
     assert plan.est_wcet_s == pytest.approx(full - 1.0)
     easy = planner.plan(req(Mode.AUTO), 2000, full + 1.0)
     assert easy.eviction_ratio == 0.0 and easy.press == ''
+
+
+def test_an_evicting_plan_counts_what_its_press_adds_to_the_prefill():
+    full = MODEL.wcet(2000, 0.0, 100)
+    free = make_planner(lambda: MODEL, MaxTokensPredictor(), press='knorm')
+    pressed = make_planner(lambda: MODEL, MaxTokensPredictor(), press='knorm',
+                           press_s_per_token=lambda: 0.0001)  # 0.2 s on 2,000 tokens
+    without = free.plan(req(Mode.EVICTION), 2000, full - 1.0)
+    plan = pressed.plan(req(Mode.EVICTION), 2000, full - 1.0)
+    assert plan.est_prefill_s == pytest.approx(without.est_prefill_s + 0.2)
+    # The press's time comes out of the decode: more is evicted, and the plan still fits.
+    assert plan.eviction_ratio > without.eviction_ratio
+    assert plan.feasible and plan.est_wcet_s <= full - 1.0 + 1e-9
+    assert pressed.estimate_s(plan, 100) == pytest.approx(plan.est_wcet_s)
+    # Without eviction there is no press to count.
+    loose = pressed.plan(req(Mode.AUTO), 2000, full + 1.0)
+    assert loose.eviction_ratio == 0.0 and loose.est_prefill_s == pytest.approx(2.0)
 
 
 def test_pessimistic_factor_scales_the_worst_case():

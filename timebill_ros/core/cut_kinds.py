@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 import math
+from typing import Callable
 
 from timebill_ros.core.cuts import CutEffect, CutEffects
 from timebill_ros.core.early_exit import ExitRule, LayerTimes
@@ -58,6 +59,8 @@ class CutContext:
     # Another resident engine (llama.cpp on a GGUF) -> callable returning its TimingModel:
     # it runs a goal's prefill and decode itself.
     engines: dict = field(default_factory=dict)
+    # Seconds an eviction press adds per prompt token (learned from pressed prefills).
+    press_s_per_token: Callable[[], float] = field(default=lambda: 0.0)
 
     def model_of(self, precision: str) -> TimingModel:
         """Return the current ETE of a resident precision's (or engine's) steps."""
@@ -104,8 +107,11 @@ class Cut:
         raise NotImplementedError
 
     def prefill_s(self, ctx: CutContext, model: TimingModel, n_x: float) -> float:
-        """Return the seconds of the prefill (the full model's unless the cut runs elsewhere)."""
-        return model.prefill(n_x)
+        """Return the seconds of the prefill (the full model's unless the cut runs elsewhere).
+
+        An evicting cut's press scores and compresses the whole cache on the last chunk.
+        """
+        return model.prefill(n_x) + self._press_s(ctx, n_x)
 
     def step_s(self, ctx: CutContext, model: TimingModel, kv: float) -> float:
         """Return one answer token's decode step at KV length ``kv`` (per-token deadline)."""
@@ -130,6 +136,10 @@ class Cut:
     def _evicting(self) -> list:
         return [f'eviction ratio {self.alpha:.2f}'] if self.alpha > 0 else []
 
+    def _press_s(self, ctx: CutContext, n_x: float) -> float:
+        """Return what the press adds to the prefill (0 without eviction)."""
+        return ctx.press_s_per_token() * n_x if self.alpha > 0 else 0.0
+
 
 def _with(words: list) -> str:
     return 'with ' + ' and '.join(words) if words else 'with the full model'
@@ -148,7 +158,7 @@ class Eviction(Cut):
     keeps_reserve = True
 
     def time_s(self, ctx, model, n_x, tokens):
-        return model.wcet(n_x, self.alpha, tokens)
+        return model.wcet(n_x, self.alpha, tokens) + self._press_s(ctx, n_x)
 
     def effect(self, ctx):
         return _product(ctx.effects.of_eviction(self.alpha), ctx.effects.of_precision(''))
@@ -163,7 +173,8 @@ class Eviction(Cut):
         if not solve or self.mode != Mode.EVICTION or self.alpha <= 0.0:
             return [self]
         bound = self.alpha
-        decision = solve_alpha(goal.model, goal.n_x, goal.worst(goal.planned), goal.target,
+        decision = solve_alpha(goal.model, goal.n_x, goal.worst(goal.planned),
+                               goal.target - self._press_s(ctx, goal.n_x),
                                bound)
         alphas = sorted({decision.alpha, bound, *(
             r for r in ctx.effects.eviction_ratios if r < bound)})
@@ -185,7 +196,7 @@ class Precision(Cut):
 
     def time_s(self, ctx, model, n_x, tokens):
         decode = ctx.model_of(self.precision).decode
-        return model.prefill(n_x) + decode(self._kept(n_x), tokens)
+        return self.prefill_s(ctx, model, n_x) + decode(self._kept(n_x), tokens)
 
     def effect(self, ctx):
         return _product(ctx.effects.of_eviction(self.alpha),
@@ -240,8 +251,8 @@ class EarlyExit(Cut):
 
     def time_s(self, ctx, model, n_x, tokens):
         # Exits guarantee the earliest candidate's cost per token; plan on that.
-        return model.prefill(n_x) + ctx.early_exit.min_step_share() * model.decode(
-            self._kept(n_x), tokens)
+        return self.prefill_s(ctx, model, n_x) + ctx.early_exit.min_step_share() * \
+            model.decode(self._kept(n_x), tokens)
 
     def effect(self, ctx):
         return ctx.effects.early_exit
@@ -271,8 +282,8 @@ class MixedPrecision(Cut):
 
     def time_s(self, ctx, model, n_x, tokens):
         # Full-precision prefill, then the mix's decode steps.
-        return model.prefill(n_x) + mix_model(ctx, model, self.mix, n_x + tokens / 2.0) \
-            .decode(self._kept(n_x), tokens)
+        return self.prefill_s(ctx, model, n_x) + mix_model(
+            ctx, model, self.mix, n_x + tokens / 2.0).decode(self._kept(n_x), tokens)
 
     def effect(self, ctx):
         low = ctx.effects.of_precision(ctx.mix.low)
@@ -352,7 +363,7 @@ class FallbackSwitch(Cut):
 
     def time_s(self, ctx, model, n_x, tokens):
         kept = self._kept(n_x)
-        return model.prefill(n_x) + model.decode(kept, self.switch) + ctx.model_of(
+        return self.prefill_s(ctx, model, n_x) + model.decode(kept, self.switch) + ctx.model_of(
             self.switch_to).decode(kept + self.switch - 1, tokens - self.switch + 1)
 
     def effect(self, ctx):

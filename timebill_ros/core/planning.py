@@ -303,7 +303,8 @@ class TimeBillPlanner:
     def __init__(self, timing: Callable[[], TimingModel], predictor: LengthPredictor,
                  settings: PlannerSettings, *, early_exit: EarlyExitConfig | None = None,
                  precisions: dict | None = None, effects: CutEffects | None = None,
-                 mix: MixConfig | None = None, engines: dict | None = None):
+                 mix: MixConfig | None = None, engines: dict | None = None,
+                 press_s_per_token: Callable[[], float] = lambda: 0.0):
         """Configure the planner; raise ValueError on a mix without its resident copy.
 
         ``settings``: the node parameters the planner reads
@@ -316,13 +317,15 @@ class TimeBillPlanner:
         knapsack DP of core.precision. ``engines`` maps another resident engine's option
         (e.g. 'llama.cpp-q8_0') to a callable returning its TimingModel: MODE_AUTO may run
         a whole goal there, and a goal may pin it like a precision.
+        ``press_s_per_token`` returns what an eviction press adds to a prefill per prompt
+        token (learned by the engine; an evicting cut's prefill counts it).
         """
         self.timing, self.predictor, self.settings = timing, predictor, settings
         precisions = dict(precisions or {})
         if mix is not None and mix.low not in precisions:
             raise ValueError(f'mixed precision needs a resident {mix.low} copy')
         self.context = CutContext(precisions, effects or CutEffects(), early_exit, mix,
-                                  dict(engines or {}))
+                                  dict(engines or {}), press_s_per_token)
 
     @property
     def precisions(self) -> dict:

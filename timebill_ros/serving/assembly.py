@@ -370,7 +370,7 @@ class Assembly:
             lambda: online.model, self.predictor, PlannerSettings.from_config(config),
             early_exit=early_exit, precisions=precisions, effects=self.effects,
             mix=self._mix_from(profile) if self.low_precision in online_variants else None,
-            engines=engines)
+            engines=engines, press_s_per_token=lambda: self.press_cost.s_per_token)
         if engines:
             engine = ResidentEngines(engine, {option: self.llama[option] for option in engines})
         self.log.info(describe_regime(online.model, {p: m() for p, m in precisions.items()},
