@@ -183,6 +183,10 @@ def main(argv=None) -> int:
     parser.add_argument('--split', default='test')
     parser.add_argument('--loose', type=float, default=120.0)
     parser.add_argument('--max-new-tokens', type=int, default=128)
+    parser.add_argument('--order', choices=('tier', 'item'), default='tier',
+                        help="'tier': every item's loose runs, then one tier after another "
+                        "(the earlier runs); 'item': each item's loose runs and then its "
+                        'tiers, so the traces lie next to the runs they predict')
     parser.add_argument('--out', required=True, help='a new results folder')
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -198,19 +202,31 @@ def main(argv=None) -> int:
     try:
         at_start = commit()  # what the nodes run (commits made during the run are not)
         nodes = Nodes(log, args.max_new_tokens)
-        for number, item in enumerate(items):
+
+        def loose(number: int, item) -> float:
             for strategy in _rotated(number) + list(TRACE_ONLY):
                 traces.append(nodes.run(strategy, item, args.loose))
             log(f'loose {item.id}: ' + ', '.join(
                 f"{t['strategy']} {t.get('e2e_s', 0):.2f} s"
                 for t in traces[-len(STRATEGIES) - len(TRACE_ONLY):]))
-        full = {t['item']: t['e2e_s'] for t in traces if t['strategy'] == 'float32'}
-        for tier in TIERS:
+            return next(t['e2e_s'] for t in traces[::-1]
+                        if t['strategy'] == 'float32' and t['item'] == item.id)
+
+        def tier_runs(number: int, item, tier: str, full_s: float) -> None:
+            for strategy in _rotated(number):
+                records.append({**nodes.run(strategy, item, tier_budget(tier, full_s)),
+                                'tier': tier})
+        if args.order == 'item':  # a drift of the machine's speed hits every tier alike
             for number, item in enumerate(items):
-                for strategy in _rotated(number):
-                    records.append({**nodes.run(strategy, item, tier_budget(tier, full[item.id])),
-                                    'tier': tier})
-            log(f'tier {tier} done')
+                full_s = loose(number, item)
+                for tier in TIERS:
+                    tier_runs(number, item, tier, full_s)
+        else:
+            full = {item.id: loose(number, item) for number, item in enumerate(items)}
+            for tier in TIERS:
+                for number, item in enumerate(items):
+                    tier_runs(number, item, tier, full[item.id])
+                log(f'tier {tier} done')
     finally:
         if nodes is not None:
             nodes.stop()
