@@ -93,20 +93,22 @@ def test_a_queued_kill_goal_ends_at_its_deadline_while_the_model_is_held(loaded)
 
 
 def test_edf_runs_the_earliest_deadline_first_while_fifo_keeps_arrival_order(loaded):
-    for name, expected in (('fifo', ['late', 'soon', 'mid']),
-                           ('edf', ['soon', 'mid', 'late'])):
+    # The worker holds 'first' (25 s) before its prefill: under EDF an earlier deadline
+    # overtakes it there, a later one waits; FIFO keeps arrival order.
+    for name, expected in (('fifo', ['first', 'late', 'soon', 'mid']),
+                           ('edf', ['soon', 'first', 'mid', 'late'])):
         server, finished = make_server(loaded, name)
         try:
             with server.assembly.model_lock:  # the worker waits: all three queue up
                 jobs = [server.admit(spec(budget), key)
                         for key, budget in (('late', 50.0), ('soon', 20.0), ('mid', 30.0))]
-                blocker = server.admit(spec(), 'first')
+                blocker = server.admit(spec(25.0), 'first')
                 server.submit(blocker)
                 wait_executing(server)
                 for job in jobs:
                     server.submit(job)
             wait_all([blocker, *jobs])
-            assert [key for key, _ in finished] == ['first', *expected]
+            assert [key for key, _ in finished] == expected
         finally:
             server.stop()
 

@@ -142,7 +142,13 @@ class Dispatch:
         return len(queued)
 
     def prefills_left(self) -> dict:
-        """Return the goals of the running loop still prefilling: key -> tokens done."""
+        """Return the goals of the running loop still prefilling: key -> tokens done.
+
+        Empty unless the queue is ordered by deadline: only then does a goal overtake a
+        prefill (FIFO and SVF keep their order).
+        """
+        if self.queue.name != 'edf':
+            return {}
         loop = self.loop
         entries = list(loop.prefilling) if loop is not None else []
         return {entry.member.key: entry.prefill.tokens_done for entry in entries}
@@ -196,15 +202,17 @@ class Dispatch:
         """Pop the job to run next and start it: (job, skip reason), or None.
 
         None when stopping, when nothing waits and ``block`` is False, or when the next
-        job's deadline is not earlier than ``before`` (it may not overtake).
+        job's deadline is not earlier than ``before`` (it may not overtake; under FIFO
+        and SVF no job overtakes).
         """
         with self.lock:
             while block and not self._stopping and len(self.queue) == 0:
                 self._work.wait(WORKER_POLL_S)
             if self._stopping or len(self.queue) == 0:
                 return None
-            if before != math.inf and next(iter(self.queue)).clock.deadline >= before:
-                return None
+            if before != math.inf and (self.queue.name != 'edf' or
+                                       next(iter(self.queue)).clock.deadline >= before):
+                return None  # overtaking a prefill is by deadline: EDF only
             job = self.queue.pop()
             job.stop_requested = self._stop_requested(job)
             # Skip-Next skips the job dispatched next, whatever the ordering.
