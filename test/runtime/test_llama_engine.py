@@ -1,5 +1,8 @@
 """llama.cpp engine options on the real library and the embedded GGUF."""
 
+import math
+from types import SimpleNamespace
+
 import pytest
 
 from timebill_ros.core.execution import PrefillInterrupted
@@ -82,6 +85,36 @@ def test_interrupt_stops_between_chunks_and_frees_the_sequence(engine, tokenizer
         engine.model.release(seq_id)
 
 
+class Run:
+    """A goal's rules that only collect its tokens (and their order across goals)."""
+
+    plan, closes_batch = Plan(), False
+
+    def __init__(self, key, deadline=math.inf, order=None):
+        self.key, self.tokens, self.order = key, [], order if order is not None else []
+        self.clock = SimpleNamespace(deadline=deadline)
+
+    def interrupt(self, next_chunk_s=0.0):
+        return False
+
+    def on_token(self, event):
+        self.order.append(self.key)
+        self.tokens.append(event.token_id)
+        return True
+
+    def token_budget(self, index):
+        return None
+
+    def switch_to(self, index, sharing):
+        return ''
+
+    def finish(self, stats):
+        return self.tokens
+
+    def failed(self, exc):
+        raise exc
+
+
 def test_goals_batched_in_one_lane_keep_their_solo_answers(engine, tokenizer):
     prompts = [prompt_ids(tokenizer, text) for text in (
         'Stop the robot.', 'Turn left at the next junction and wait.', 'Report battery level.')]
@@ -91,31 +124,6 @@ def test_goals_batched_in_one_lane_keep_their_solo_answers(engine, tokenizer):
     # or kernel of another size). A sequence mixed up would differ from the first token.
     solo = [answer(engine, ids, 5)[0] for ids in prompts]
     results, waiting = {}, list(enumerate(prompts))
-
-    class Run:
-        plan, closes_batch = Plan(), False
-
-        def __init__(self, key):
-            self.key, self.tokens = key, []
-
-        def interrupt(self, next_chunk_s=0.0):
-            return False
-
-        def on_token(self, event):
-            self.tokens.append(event.token_id)
-            return True
-
-        def token_budget(self, index):
-            return None
-
-        def switch_to(self, index, sharing):
-            return ''
-
-        def finish(self, stats):
-            return self.tokens
-
-        def failed(self, exc):
-            raise exc
 
     def refill(loop, before):
         if not waiting:
@@ -133,7 +141,6 @@ def test_goals_batched_in_one_lane_keep_their_solo_answers(engine, tokenizer):
 
 def test_with_one_decode_place_a_goal_overtakes_a_long_prefill_on_the_same_option(
         tokenizer):
-    from types import SimpleNamespace
     from timebill_ros.serving.engine_options import llama_sequences
     model = LlamaModel(embedded_gguf(), 2048, llama_sequences(1), 16, 2)
     engine = LlamaEngine(model, option_name('q4_1'), tokenizer, {tokenizer.eos_token_id})
@@ -142,42 +149,17 @@ def test_with_one_decode_place_a_goal_overtakes_a_long_prefill_on_the_same_optio
     short_ids = prompt_ids(tokenizer, 'Stop the robot.')
     try:
         solo = [answer(engine, ids, 5)[0] for ids in (long_ids, short_ids)]
+        # The long goal's deadline is later: the short one may overtake it.
         order, results = [], {}
-
-        class Run:  # the long goal's deadline is later: the short one may overtake it
-            plan, closes_batch = Plan(), False
-
-            def __init__(self, key, deadline):
-                self.key, self.tokens = key, []
-                self.clock = SimpleNamespace(deadline=deadline)
-
-            def interrupt(self, next_chunk_s=0.0):
-                return False
-
-            def on_token(self, event):
-                order.append(self.key)
-                self.tokens.append(event.token_id)
-                return True
-
-            def token_budget(self, index):
-                return None
-
-            def switch_to(self, index, sharing):
-                return ''
-
-            def finish(self, stats):
-                return self.tokens
-
-            def failed(self, exc):
-                raise exc
         waiting = [(0, long_ids, 1e9), (1, short_ids, 1e6)]
 
         def refill(loop, before):
             if not waiting or waiting[0][2] >= before:
                 return False
             key, ids, deadline = waiting.pop(0)
-            loop.start(Member(str(key), Run(key, deadline), 5, lambda tokens, key=key:
-                              results.__setitem__(key, tokens)), ids, Plan())
+            loop.start(Member(str(key), Run(key, deadline, order), 5,
+                              lambda tokens, key=key: results.__setitem__(key, tokens)),
+                       ids, Plan())
             return True
         DecodeLoop(engine, capacity=1).run(refill)
         assert results == {0: solo[0], 1: solo[1]}

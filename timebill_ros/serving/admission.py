@@ -219,10 +219,7 @@ class Admission:
         A Kill goal never runs past its deadline (a best-effort one planned longer is
         killed there); a Skip-Next goal may.
         """
-        rest = max(0.0, self.expected_s(job, timing) - (now - since))
-        if job.request.policy == OverrunPolicy.KILL:
-            rest = min(rest, max(0.0, job.clock.remaining(now)))
-        return rest
+        return _until_killed(job, self.expected_s(job, timing) - (now - since), now)
 
     def kv_of(self, job: Job) -> float:
         """Return a job's cache length halfway through its expected answer."""
@@ -306,10 +303,8 @@ class Admission:
 
         Not from the time since it started: it may have been paused for others.
         """
-        rest = self.expected_s(job, timing) - (timing.prefill(tokens_done) - timing.prefill(0))
-        if job.request.policy == OverrunPolicy.KILL:
-            rest = min(rest, job.clock.remaining(now))
-        return max(0.0, rest)
+        done_s = timing.prefill(tokens_done) - timing.prefill(0)
+        return _until_killed(job, self.expected_s(job, timing) - done_s, now)
 
     def _fit_in_batch(self, job: Job, pipeline, known, pending: bool) -> None:
         """Admit a newcomer onto ``max_batch`` decode slots (lock held).
@@ -543,6 +538,17 @@ def cached(pipeline, job: Job, timing):
     if not job.prefix_tokens or not isinstance(pipeline.planner, TimeBillPlanner):
         return timing
     return with_cached_prefix(timing or pipeline.planner.timing(), job.prefix_tokens)
+
+
+def _until_killed(job: Job, rest_s: float, now: float) -> float:
+    """Return ``rest_s`` (>= 0), no later than the deadline of a Kill goal.
+
+    A Kill goal never runs past its deadline (a best-effort one planned longer is killed
+    there); a Skip-Next goal may.
+    """
+    if job.request.policy == OverrunPolicy.KILL:
+        rest_s = min(rest_s, job.clock.remaining(now))
+    return max(0.0, rest_s)
 
 
 def note_prefixes(job: Job, pipeline) -> None:

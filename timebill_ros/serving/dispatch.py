@@ -44,10 +44,10 @@ class Dispatch:
         self.loop: DecodeLoop | None = None  # the worker's loop while it runs
         self._stopping = False
         self.closing = ''  # why no goal is taken any more (a shutdown), '' while serving
+        self._queued = threading.Condition(self.lock)  # wakes the expiry watch
         self._worker = threading.Thread(target=self._work_loop, name='timebill-worker',
                                         daemon=True)
         self._worker.start()
-        self._queued = threading.Condition(self.lock)  # wakes the expiry watch
         self._expiry = threading.Thread(target=self._expire_loop, name='timebill-expiry',
                                         daemon=True)
         self._expiry.start()
@@ -141,13 +141,20 @@ class Dispatch:
                                                 f'{self.closing} before it started', job.plan))
         return len(queued)
 
-    def prefills_left(self) -> dict:
-        """Return the goals of the running loop still prefilling: key -> tokens done.
+    @property
+    def overtakes_prefills(self) -> bool:
+        """Tell whether a queued goal may overtake a prefill: by deadline, so EDF only.
 
-        Empty unless the queue is ordered by deadline: only then does a goal overtake a
-        prefill (FIFO and SVF keep their order).
+        FIFO and SVF keep their order.
         """
-        if self.queue.name != 'edf':
+        return self.queue.name == 'edf'
+
+    def prefills_left(self) -> dict:
+        """Return the goals of the running loop a newcomer may overtake: key -> tokens done.
+
+        Those still prefilling; none unless ``overtakes_prefills``.
+        """
+        if not self.overtakes_prefills:
             return {}
         loop = self.loop
         entries = list(loop.prefilling) if loop is not None else []
@@ -210,9 +217,9 @@ class Dispatch:
                 self._work.wait(WORKER_POLL_S)
             if self._stopping or len(self.queue) == 0:
                 return None
-            if before != math.inf and (self.queue.name != 'edf' or
+            if before != math.inf and (not self.overtakes_prefills or
                                        next(iter(self.queue)).clock.deadline >= before):
-                return None  # overtaking a prefill is by deadline: EDF only
+                return None
             job = self.queue.pop()
             job.stop_requested = self._stop_requested(job)
             # Skip-Next skips the job dispatched next, whatever the ordering.
