@@ -671,35 +671,39 @@ def bare_assembly(loaded, **params):
     return Assembly(config, loaded, log), log
 
 
-def test_auto_precision_int8_keeps_the_one_int8_copy_its_timing_picks(loaded, tmp_path):
+def test_auto_precision_int8_keeps_both_copies_led_by_the_one_its_timing_picks(
+        loaded, tmp_path):
     profile = str(tmp_path / 'tiny.yaml')
     assembly, log = bare_assembly(loaded, auto_precision='int8', profile=profile)
-    assert len(assembly.variants) == 1
+    assert set(assembly.variants) == {'int8-dynamic', 'int8-weight'}
     low = assembly.low_precision
-    assert low in ('int8-dynamic', 'int8-weight') and assembly.variants[low].dtype == low
+    assert list(assembly.variants)[0] == low
+    assert all(copy.dtype == name for name, copy in assembly.variants.items())
     line = next(line for _, line in log.lines if 'auto_precision int8: decode step' in line)
-    assert f'resident {low} copy' in line
+    assert f'{low} leading' in line
     # The logged step times are the ones the rule chose by.
     times = re.findall(r'(int8-\w+) ([0-9.]+) ms', line)
     assert pick_int8(*(float(ms) for _, ms in times)) == low
-    tokens = []
-    generate(assembly.engine(), prompt_ids(loaded.tokenizer, 'Stop or go?'), 3,
-             Plan(precision=low), lambda event: tokens.append(event.token_id) or True)
-    assert len(tokens) == 3
-    # The pick's probe of the kept copy chose its decode threads: it is not probed again.
+    for precision in assembly.variants:  # each copy decodes a goal pinned to it
+        tokens = []
+        generate(assembly.engine(), prompt_ids(loaded.tokenizer, 'Stop or go?'), 3,
+                 Plan(precision=precision), lambda event: tokens.append(event.token_id) or True)
+        assert len(tokens) == 3
+    # The pick's probe of both copies chose their decode threads: neither is probed again.
     threads = [line for _, line in log.lines if 'decode steps:' in line]
-    assert len(threads) == 2 and f'{low} decode steps' in threads[1]
-    assert threads[1].endswith('(timed by the int8 pick, best of two rounds)')
-    assert 'timed by the int8 pick' not in threads[0]
-    # A restart reads the stored times and builds only the copy they pick.
+    assert len(threads) == 3 and 'timed by the int8 pick' not in threads[0]
+    assert all(line.endswith('(timed by the int8 pick, best of two rounds)')
+               for line in threads[1:])
+    # A restart reads the stored times: the same lead, both copies, nothing timed again.
     stored = Int8Pick.load(tmp_path / 'tiny.int8-pick.yaml')
     assert stored.chosen == low and stored.matches(loaded.name, loaded.device)
     # The thread line shows the times the pick chose by: its fastest is the stored step.
-    fastest = min(float(ms) for ms in re.findall(r'thread\(s\) ([0-9.]+) ms', threads[1]))
+    lead_line = next(line for line in threads if line.startswith(f'{low} decode steps'))
+    fastest = min(float(ms) for ms in re.findall(r'thread\(s\) ([0-9.]+) ms', lead_line))
     stored_s = stored.dynamic_step_s if low == 'int8-dynamic' else stored.weight_step_s
     assert fastest == pytest.approx(stored_s * 1e3, abs=0.051)  # the log rounds to 0.1 ms
     again, log = bare_assembly(loaded, auto_precision='int8', profile=profile)
-    assert list(again.variants) == [low]
+    assert list(again.variants)[0] == low and len(again.variants) == 2
     assert not any('auto_precision int8: decode step' in line for _, line in log.lines)
     assert any('as timed at an earlier start' in line for _, line in log.lines)
     # Times for another device are not reused.

@@ -143,7 +143,9 @@ def make_planner(report: dict, machine: Machine, length: RecordedLength, drift: 
         models[name] = TimingModel(m.a * pre, m.b * pre, m.c * pre, m.p * dec, m.q * dec)
     main = models.pop('float32')
     settings = replace(PlannerSettings.from_config(NodeConfig()), **policy)
-    precisions = {p: (lambda m=models[p]: m) for p in ('int8-weight',) if p in models}
+    # auto_precision int8: both copies, int8-weight leading where it is (the pick's order).
+    precisions = {p: (lambda m=models[p]: m) for p in ('int8-weight', 'int8-dynamic')
+                  if p in models}
     engines = {o: (lambda m=m: m) for o, m in models.items() if o.startswith('llama.cpp-')}
     return TimeBillPlanner(lambda: main, length, settings, precisions=precisions,
                            effects=CutEffects.load(SHIPPED), engines=engines)

@@ -143,8 +143,10 @@ _TABLE = (
           'less than the profile says (README, results/robot).'),
     Param('auto_precision', 'int8', "A lower precision MODE_AUTO may decode at when the "
           "full model's answer is unlikely to fit; the prefill stays float32. 'int8': at "
-          "start, build both int8 copies of a float32 CPU model, time their decode steps "
-          "and keep int8-weight unless int8-dynamic is 1.25x faster (the times are stored "
+          "start, build both int8 copies of a float32 CPU model; both are options, each "
+          "with its own profile and fidelity, and their timed decode steps pick the lead "
+          "(the mid-answer switch's target and the per-layer mix's low precision): "
+          "int8-weight unless int8-dynamic is 1.25x faster (the times are stored "
           "beside the profile as <stem>.int8-pick.yaml and reused at later starts; delete "
           "it to time again); 'int8-weight' (int8 "
           "weights, float32 activations: answers stay close to float32's) or "

@@ -32,7 +32,7 @@ HEAD = 'lm_head'
 SHIPPED = Path(__file__).resolve().parents[1] / 'data' / 'precision_kl.json'
 
 
-# ``auto_precision: int8`` keeps int8-dynamic only when its decode step is this many
+# ``auto_precision: int8`` leads with int8-dynamic only when its decode step is this many
 # times faster than int8-weight's: its 8-bit activations cost fidelity (0.53 against
 # 0.82 to the float32 answer on 93 robot train items, results/cut_effects_int8w.md).
 INT8_DYNAMIC_MARGIN = 1.25
@@ -40,7 +40,7 @@ INT8_DYNAMIC_MARGIN = 1.25
 
 def pick_int8(dynamic_step_s: float, weight_step_s: float,
               margin: float = INT8_DYNAMIC_MARGIN) -> str:
-    """Return the int8 format to keep resident from their measured decode steps.
+    """Return the int8 format to lead with (switch target, mix) from their decode steps.
 
     int8-weight unless int8-dynamic's step is ``margin`` times faster.
     """

@@ -117,7 +117,7 @@ class Assembly:
 
     @property
     def low_precision(self) -> str:
-        """Return the resident copy's precision ('' when none; ``int8`` resolved)."""
+        """Return the leading resident copy's precision ('' when none; ``int8``: the pick)."""
         return next(iter(self.variants), '')
 
     def threads(self, loaded) -> int:
@@ -195,22 +195,23 @@ class Assembly:
         return self.profile_path.with_name(f'{self.profile_path.stem}.int8-pick.yaml')
 
     def _pick_int8(self) -> tuple:
-        """Build both int8 copies, time their decode steps, keep the one that pays here.
+        """Build both int8 copies, both options of MODE_AUTO; their timing picks the lead.
 
         Which is faster depends on the CPU's kernels (core.precision.pick_int8); the
-        steps are timed twice, interleaved, at each copy's best thread count. The times
-        are stored beside the profile, and a later start with a matching file builds
-        only the copy they pick (delete the file to time them again). Return
-        ({chosen: copy}, {chosen: {threads: best step s of the two rounds}}).
+        steps are timed twice, interleaved, at each copy's best thread count. The lead
+        comes first: the mid-answer switch's target and the per-layer mix's low
+        precision. The times are stored beside the profile and a later start with a
+        matching file reuses them (delete the file to time again). Return ({precision:
+        copy}, lead first; {precision: {threads: best step s of the two rounds}}).
         """
         path = self.int8_pick_path()
         pick = artifacts.stored_int8_pick(self.log, path, self.loaded)
         if pick is not None:
-            self.log.info(f'auto_precision int8: resident {pick.chosen} copy for MODE_AUTO '
-                          f'decoding, as timed at an earlier start ({path}: int8-dynamic '
-                          f'{pick.dynamic_step_s * 1e3:.1f} ms, int8-weight '
-                          f'{pick.weight_step_s * 1e3:.1f} ms)')
-            return {pick.chosen: precision_variant(self.loaded, pick.chosen)}, {}
+            self.log.info(f'auto_precision int8: resident int8-dynamic and int8-weight copies '
+                          f'for MODE_AUTO, {pick.chosen} leading, as timed at an earlier '
+                          f'start ({path}: int8-dynamic {pick.dynamic_step_s * 1e3:.1f} ms, '
+                          f'int8-weight {pick.weight_step_s * 1e3:.1f} ms)')
+            return {low: precision_variant(self.loaded, low) for low in _lead_first(pick)}, {}
         copies = {low: precision_variant(self.loaded, low)
                   for low in ('int8-dynamic', 'int8-weight')}
         with self.model_lock:
@@ -218,17 +219,16 @@ class Assembly:
         best = {low: min(times.values()) for low, times in probed.items()}
         pick = Int8Pick(self.loaded.name, self.loaded.device, best['int8-dynamic'],
                         best['int8-weight'])
-        chosen = pick.chosen
         self.log.info(f"auto_precision int8: decode step int8-dynamic "
                       f"{best['int8-dynamic'] * 1e3:.1f} ms, int8-weight "
-                      f"{best['int8-weight'] * 1e3:.1f} ms: resident {chosen} copy for "
-                      f"MODE_AUTO decoding (int8-dynamic only when "
-                      f"{INT8_DYNAMIC_MARGIN:g}x faster)")
+                      f"{best['int8-weight'] * 1e3:.1f} ms: resident int8-dynamic and "
+                      f"int8-weight copies for MODE_AUTO, {pick.chosen} leading (int8-dynamic "
+                      f"only when {INT8_DYNAMIC_MARGIN:g}x faster)")
         try:
             pick.save(path)
         except OSError as exc:
             self.log.warning(f'cannot store the int8 pick at {path}: {exc}')
-        return {chosen: copies[chosen]}, {chosen: probed[chosen]}
+        return {low: copies[low] for low in _lead_first(pick)}, probed
 
     def _mix_from(self, profile: Profile) -> MixConfig | None:
         """Return the DP's table: unit times from the profile (measured now if absent)."""
@@ -381,3 +381,9 @@ class Assembly:
         return Pipeline(planner, limits, engine, config.max_batch, online,
                         dict(online_variants), early_exit, self._batch_from(profile),
                         dict(self.online_engines))
+
+
+def _lead_first(pick: Int8Pick) -> tuple:
+    """Return the two int8 formats, the one ``pick`` chose first."""
+    other = 'int8-weight' if pick.chosen == 'int8-dynamic' else 'int8-dynamic'
+    return pick.chosen, other
