@@ -104,3 +104,39 @@ def test_main_writes_each_run_into_a_new_folder_and_never_overwrites(tmp_path):
     assert not (run / 'evaluation.json').exists()  # the run's own folder is untouched
     with pytest.raises(SystemExit, match='never overwritten'):
         ev.main([str(run), '--out', str(out)])
+
+
+def test_a_tier_run_prefills_only_what_its_cache_lacks():
+    def prefill(n):
+        return 0.001 * n + 0.1
+    cold = {'prompt_tokens': 1000, 'prefill_s': 2.0, 'note': ''}
+    # The torch prefix cache keeps all whole 32-token blocks but the last token's: 992.
+    assert ev.cached_now('', 1000, 'tier') == 992
+    assert ev.warm_prefill(cold, prefill, 992) == pytest.approx(2.0 * 0.008 / 1.0)
+    # A trace that already found its prompt cached is not made faster again.
+    warm = {**cold, 'prefill_s': 0.05, 'note': '992 of 1000 prompt tokens in the prefix cache'}
+    assert ev.cached_then(warm) == 992
+    assert ev.warm_prefill(warm, prefill, 992) == pytest.approx(0.05)
+    # llama.cpp holds its last prompt only: warm when an item's runs come together.
+    assert ev.cached_now('llama.cpp-q4_1', 1000, 'item') == 999
+    assert ev.cached_now('llama.cpp-q4_1', 1000, 'tier') == 0
+    held = {**cold, 'note': '999 of 1000 prompt tokens held by llama.cpp-q4_1 from its last'}
+    assert ev.cached_then(held) == 999
+
+
+def test_auto_plans_with_the_cache_a_long_prompt_finds():
+    # A long context, cold in its traces: 3.2 s of torch prefill. A tier run finds the
+    # prompt cached (~0.2 s left to prefill), and AUTO's planner is told so.
+    data = report()
+    for t in data['traces']:
+        t['prompt_tokens'] = 1000
+        if not t['strategy'].startswith('llama'):
+            t['prefill_s'] = 3.2
+            t['e2e_s'] = 3.2 + t['decode_s']
+    evaluation = ev.evaluate(data)
+    amd = evaluation['machines']['amd-epyc-2c']['tiers']
+    # float32 at 1x of its (cold) loose time meets: warm, its prefill is ~0.2 s.
+    assert amd['1x']['float32']['met'] == 2
+    # Planned cold (3.4 s of prefill in a 4.8 s budget) only llama.cpp would fit.
+    assert set(amd['1x']['AUTO']['choices']) <= {'float32', 'int8-weight'}
+    assert amd['1x']['AUTO']['met'] == 2

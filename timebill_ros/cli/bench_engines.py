@@ -238,6 +238,7 @@ def main(argv=None) -> int:
         'command': 'python -m timebill_ros.cli.bench_engines ' + ' '.join(argv or sys.argv[1:]),
         'commit': at_start, 'date': datetime.date.today().isoformat(), 'machine': machine(),
         'items': len(items), 'max_new_tokens': args.max_new_tokens, 'tiers': TIERS,
+        'order': args.order,
         'strategies': list(STRATEGIES),
         'minutes': (time.monotonic() - started) / 60.0, 'table': table,
         'verdict': verdict(table), 'auto_choices': _choices(records),

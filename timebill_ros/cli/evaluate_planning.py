@@ -28,6 +28,7 @@ import bisect
 from dataclasses import dataclass, replace
 import json
 from pathlib import Path
+import re
 import statistics
 import sys
 import time
@@ -38,6 +39,8 @@ from timebill_ros.evaluation import metrics
 
 # Option traces by the name the planner gives them (Plan.precision; '' = float32).
 TRACE_OF = {'': 'float32', 'int8-weight': 'int8-weight', 'int8-dynamic': 'int8-dynamic'}
+PREFIX_BLOCK = 32  # the torch engine's prefix-cache block (serving.assembly.PREFIX_BLOCK)
+CACHED = re.compile(r'(\d+) of (\d+) prompt tokens (in the prefix cache|held by)')
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,39 @@ def trace_time(trace: dict, machine: Machine) -> float:
     prefill, decode = machine.factor(trace['strategy'])
     return trace['queue_s'] * machine.factor('float32')[0] + trace['prefill_s'] * prefill \
         + trace['decode_s'] * decode
+
+
+def cached_then(trace: dict) -> int:
+    """Return the prompt tokens a traced run took from a cache (its plan note says)."""
+    found = CACHED.search(trace.get('note', ''))
+    return int(found.group(1)) if found else 0
+
+
+def cached_now(option: str, n: int, order: str) -> int:
+    """Return the prompt tokens a tier run of an ``n``-token prompt finds cached.
+
+    Every tier run repeats a prompt its node prefilled in the loose run: the torch
+    prefix cache keeps all its whole blocks but the last token's. A llama.cpp option
+    holds only its last prompt, all but one token: this item's when its runs come
+    together (``order`` 'item'), another item's otherwise.
+    """
+    if option.startswith('llama.cpp-'):
+        return n - 1 if order == 'item' else 0
+    return (n - 1) // PREFIX_BLOCK * PREFIX_BLOCK
+
+
+def warm_prefill(trace: dict, prefill, cached: int) -> float:
+    """Return a trace's prefill seconds had ``cached`` prompt tokens been in a cache.
+
+    The traced seconds scaled by the profile's ``prefill`` (seconds of n tokens) of
+    the tokens left to prefill, P(n) - P(cached), against the traced run's own.
+    """
+    n = trace['prompt_tokens']
+    then = prefill(n) - prefill(cached_then(trace))
+    if then <= 0.0:
+        return trace['prefill_s']
+    return trace['prefill_s'] * max(0.0, prefill(n) - prefill(max(cached, cached_then(trace)))) \
+        / then
 
 
 def met_share(seconds: float, budget: float, jitter: list) -> float:
@@ -158,10 +194,18 @@ class Replay:
         """Index the run's loose traces by (item, strategy); float32's text is the reference."""
         from timebill_ros.evaluation import robot_workload
         self.report = report
-        self.traces = {(t['item'], t['strategy']): t for t in report['traces']
-                       if t['outcome'] != 'REFUSED'}
-        for (item, strategy), t in list(self.traces.items()):  # 'x + Kill' is option x's
-            self.traces.setdefault((item, strategy.split(' + ')[0]), t)
+        self.order = report.get('order') or \
+            ('item' if '--order item' in report['command'] else 'tier')
+        self.models = profile_models(report)
+        self.raw = {(t['item'], t['strategy']): t for t in report['traces']
+                    if t['outcome'] != 'REFUSED'}
+        for (item, strategy), t in list(self.raw.items()):  # 'x + Kill' is option x's
+            self.raw.setdefault((item, strategy.split(' + ')[0]), t)
+        # Tier runs find their prompt cached: their prefill is the warm one.
+        self.traces = {key: {**t, 'prefill_s': warm_prefill(
+            t, self._model_of(key[1]).prefill,
+            cached_now(key[1], t['prompt_tokens'], self.order))}
+            for key, t in self.raw.items()}
         self.items = {i.id: i for i in robot_workload.load() if any(
             t['item'] == i.id for t in report['traces'])}
         self.reference = {t['item']: t['text'] for t in report['traces']
@@ -183,28 +227,43 @@ class Replay:
             [t['tokens'] for t in report['traces'] if t['strategy'] == 'float32'], [],
             report['max_new_tokens'])
 
+    def _model_of(self, strategy: str):
+        """Return the profile a strategy prefills with (torch options: float32's)."""
+        option = strategy.split(' + ')[0]
+        return self.models[option if option.startswith('llama.cpp-') else 'float32']
+
     def _drift(self, report: dict) -> dict:
-        """Return {option: (prefill, decode) median ratio of its traces to its profile}."""
-        models, drift = profile_models(report), {}
+        """Return {option: (prefill, decode) median ratio of its traces to its profile}.
+
+        A traced prefill counts only the prompt tokens its run did not find cached.
+        """
+        models, drift = self.models, {}
         for name, model in models.items():
-            strategy = next((s for (_, s) in self.traces if s.split(' + ')[0] == name), None)
+            strategy = next((s for (_, s) in self.raw if s.split(' + ')[0] == name), None)
             if strategy is None and name != 'float32':
                 continue
-            runs = [t for (_, s), t in self.traces.items()
+            runs = [t for (_, s), t in self.raw.items()
                     if s == (strategy or 'float32') and t['tokens'] > 1]
-            pre = [t['prefill_s'] / model.prefill(t['prompt_tokens']) for t in runs]
+            pre = [t['prefill_s'] / (model.prefill(t['prompt_tokens'])
+                                     - model.prefill(cached_then(t))) for t in runs
+                   if model.prefill(t['prompt_tokens']) > model.prefill(cached_then(t))]
             dec = [t['decode_s'] / model.decode(t['prompt_tokens'], t['tokens']) for t in runs]
             drift[name] = (statistics.median(pre), statistics.median(dec))
         return drift
 
     def _reruns(self, report: dict) -> list:
-        """Return time ratios of fixed choices' tier runs to their loose runs (same answer)."""
+        """Return time ratios of fixed choices' tier runs to their loose runs (same answer).
+
+        A loose run counts with its warm prefill, as the replay times it.
+        """
         ratios = []
         for record in report['records']:
-            loose = self.traces.get((record['item'], record['strategy']))
+            key = (record['item'], record['strategy'])
+            loose = self.raw.get(key)
             if record['strategy'] != 'AUTO' and record['outcome'] == 'COMPLETED' and \
                     loose is not None and loose['tokens'] == record['tokens']:
-                ratios.append(record['e2e_s'] / loose['e2e_s'])
+                warm = loose['e2e_s'] - loose['prefill_s'] + self.traces[key]['prefill_s']
+                ratios.append(record['e2e_s'] / warm)
         return ratios
 
     def budget(self, tier: str, item: str) -> float:
@@ -228,6 +287,7 @@ class Replay:
         """
         from timebill_ros.core.config import NodeConfig
         from timebill_ros.core.request import Mode, OverrunPolicy, Rejection, Request
+        from timebill_ros.core.timing import with_cached_prefix
         loose = self.traces[(item, 'AUTO')]
         scale = machine.factor('float32')[0]
         admission = loose['queue_s'] * scale
@@ -238,10 +298,15 @@ class Replay:
         request = Request(source.instruction, source.context, budget, OverrunPolicy.KILL,
                           Mode.AUTO, self.report['max_new_tokens'],
                           NodeConfig().pessimistic_factor)
+        n = loose['prompt_tokens']
+        held = {option: cached_now(option, n, self.order) for option in planner.context.engines}
         try:
-            plan = planner.plan(request, loose['prompt_tokens'], budget - admission,
+            plan = planner.plan(request, n, budget - admission,
                                 round(self.spread.quantile(0.5, 0.0)) if length.skip else None,
-                                spread=self.spread if length.skip else None)
+                                timing=with_cached_prefix(planner.timing(),
+                                                          cached_now('', n, self.order)),
+                                spread=self.spread if length.skip else None,
+                                engine_prefix={o: k for o, k in held.items() if k})
         except Rejection as exc:
             # The node's idle_best_effort: goals arrive one at a time here, so the node
             # is idle and a Kill goal with a token that fits runs on its best option.
