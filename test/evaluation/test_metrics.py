@@ -52,6 +52,18 @@ def test_status_items_hide_one_fault_and_name_its_unit_as_the_answer():
     assert score('contains', 'Unit FORK-5 stopped with a motor fault.', ['FORK-5']) == 1.0
 
 
+def test_route_items_ask_a_street_the_description_names():
+    from timebill_ros.evaluation import tasks
+    first = list(tasks._route_items(0, count=6))
+    assert first == list(tasks._route_items(0, count=6))  # deterministic
+    for item_id, instruction, context, refs in first:
+        lines = context.splitlines()
+        assert item_id.startswith('route-0-') and 40 <= len(lines) - 2 <= 150
+        assert 'street name only' in instruction and refs[0] in context
+        if instruction.startswith('On which street does the route end'):
+            assert refs[0] in lines[-2]  # the last segment, before the arrival line
+
+
 def test_held_out_context_items_take_kinds_in_turn():
     from transformers import AutoTokenizer
     from timebill_ros.cli.bench_context import held_out_items

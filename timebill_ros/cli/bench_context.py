@@ -96,7 +96,8 @@ class Nodes(Bench):
 def held_out_items(count: int, tokenizer, seed: int, kinds=('needle', 'squad')) -> list:
     """Return ``count`` items of ``kinds`` in turn (as even a share as the count allows).
 
-    Kinds: robot-log needles, SQuAD, status reports to summarize; 500-4,000 tokens.
+    Kinds: robot-log needles, SQuAD, status reports to summarize, route descriptions to
+    look a street up in; 500-4,000 tokens.
     """
     shares = [count // len(kinds) + (index < count % len(kinds))
               for index in range(len(kinds))]
@@ -270,7 +271,7 @@ def main(argv=None) -> int:
     parser.add_argument('--tiers', default='0.6,0.8,1.0')
     parser.add_argument('--seed', type=int, default=7, help='item selection (held out)')
     parser.add_argument('--kinds', default='needle,squad',
-                        help='item kinds in turn: needle, squad, status (comma-separated)')
+                        help='item kinds in turn: needle, squad, status, route (comma-separated)')
     parser.add_argument('--parts', default='tiers,stall,repeated',
                         help='which parts to run (comma-separated)')
     parser.add_argument('--out', required=True, help='a new results folder')

