@@ -27,6 +27,25 @@ def test_stream_decoder_reassembles_multibyte_text(tiny):
     assert '\ufffd' not in ''.join(deltas)
 
 
+def test_stream_decoder_deltas_equal_the_whole_decode_on_the_embedded_tokenizer():
+    import random
+    from transformers import AutoTokenizer
+    from timebill_ros.runtime.model import embedded_dir
+    tok = AutoTokenizer.from_pretrained(embedded_dir())
+    texts = ['{"action": "stop", "lane": 2}\n  - waypoint K17, 3.5 m/s',
+             'Café au lait, 日本語 and 🚀 rockets.', '   spaces  and\ttabs\n\n end']
+    rng = random.Random(0)
+    samples = [tok(t)['input_ids'] for t in texts]
+    # Random ids too: partial UTF-8 bytes, special tokens, odd merges.
+    samples += [[rng.randrange(len(tok)) for _ in range(60)] for _ in range(20)]
+    for ids in samples:
+        decoder = StreamDecoder(tok)
+        joined = ''.join(decoder.push(i) for i in ids)
+        whole = tok.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        assert joined == decoder.text
+        assert whole.startswith(joined) and (joined == whole or whole.endswith('\ufffd'))
+
+
 def test_engine_matches_transformers_greedy(tiny):
     ids = prompt_ids(tiny.tokenizer, 'Tell me about robots.')
     engine = Engine(tiny)

@@ -30,6 +30,9 @@ class StreamDecoder:
 
     A byte-level BPE token can end inside a UTF-8 character; such text is held
     back until the character is complete, so no delta ever has to be retracted.
+    Each push decodes only a window (the tokens since the last emitted delta and
+    the ones before it), as vLLM's incremental detokenizer does: decoding the whole
+    answer at every token cost about 10 % of a llama.cpp step here.
     """
 
     def __init__(self, tokenizer, lock=None):
@@ -38,16 +41,25 @@ class StreamDecoder:
         self._lock = lock if lock is not None else nullcontext()
         self._ids: list = []
         self._text = ''
+        # ids[prefix:read] decoded last time as context; ids[read:] not emitted yet.
+        self._prefix = self._read = 0
+
+    def _decode(self, ids) -> str:
+        return self._tok.decode(ids, skip_special_tokens=True,
+                                clean_up_tokenization_spaces=False)
 
     def push(self, token_id: int) -> str:
         """Add a token and return the new text it completes (may be '')."""
         self._ids.append(token_id)
         with self._lock:
-            text = self._tok.decode(self._ids, skip_special_tokens=True,
-                                    clean_up_tokenization_spaces=False)
-        if text.endswith('\ufffd') or not text.startswith(self._text):
+            before = self._decode(self._ids[self._prefix:self._read])
+            text = self._decode(self._ids[self._prefix:])
+        if text.endswith('\ufffd') or len(text) <= len(before) \
+                or not text.startswith(before):
             return ''
-        delta, self._text = text[len(self._text):], text
+        delta = text[len(before):]
+        self._prefix, self._read = self._read, len(self._ids)
+        self._text += delta
         return delta
 
     @property
