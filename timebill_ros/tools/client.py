@@ -21,6 +21,10 @@ from timebill_ros.ros.convert import s_to_duration
 from timebill_ros.ros.qos import action_client_qos, reliable
 
 
+# How long wait() lets feedback that the result overtook catch up.
+FEEDBACK_GRACE_S = 1.0
+
+
 class ClientTimeout(TimeoutError):
     """The node did not answer within the client's wait limit."""
 
@@ -153,6 +157,8 @@ class InstructClient:
         """Wait for the goal to end (rejected or result); raise ClientTimeout otherwise."""
         if not run._done.wait(timeout_s):
             raise ClientTimeout(f'goal {run.goal_id} not finished after {timeout_s:g} s')
+        if run.result is not None:
+            self._await_trailing_feedback(run)
         if not run.accepted:
             # The reason arrives on ~/responses; give it a moment to land.
             deadline = time.monotonic() + 2.0
@@ -164,6 +170,18 @@ class InstructClient:
                     break
                 time.sleep(0.02)
         return run
+
+    @staticmethod
+    def _await_trailing_feedback(run: GoalRun, grace_s: float = FEEDBACK_GRACE_S) -> None:
+        """Give the last tokens' feedback a moment to land after the result.
+
+        Feedback is a topic and the result a service reply: DDS does not order the two,
+        so the result can overtake the last feedback messages (seen with a goal moved
+        between vLLM replicas). One feedback message carries one token.
+        """
+        deadline = time.monotonic() + grace_s
+        while len(run.feedback) < run.result.tokens and time.monotonic() < deadline:
+            time.sleep(0.005)
 
     def cancel(self, run: GoalRun, timeout_s: float = 10.0) -> None:
         """Ask the server to cancel an accepted goal and wait for the answer."""
