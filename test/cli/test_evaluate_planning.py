@@ -140,3 +140,24 @@ def test_auto_plans_with_the_cache_a_long_prompt_finds():
     # Planned cold (3.4 s of prefill in a 4.8 s budget) only llama.cpp would fit.
     assert set(amd['1x']['AUTO']['choices']) <= {'float32', 'int8-weight'}
     assert amd['1x']['AUTO']['met'] == 2
+
+
+def test_auto_plans_with_the_time_errors_the_nodes_etes_would_measure():
+    rep = report()
+    # float32 ran its two goals 1.0x and 1.3x its drift; three reruns of one of them.
+    rep['traces'][0]['decode_s'] *= 1.3
+    rep['records'] = [{'item': ITEMS[0], 'strategy': 'float32', 'outcome': 'COMPLETED',
+                       'tokens': 21, 'e2e_s': (0.3 + 0.085 * 20) * ratio}
+                      for ratio in (0.9, 1.0, 1.1)]
+    replay = ev.Replay(rep)
+    points = replay.errors['float32']
+    assert len(points) == 5 and list(points) == sorted(points)
+    assert points[0] < 1.0 < points[-1] and points[-1] > 1.2
+    # No spread of its own around its drift: the reruns' spread alone.
+    assert replay.errors['llama.cpp-q4_1'][2] == pytest.approx(replay.jitter[1])
+    # At 1x with errors counted, the float32 plan no longer counts as sure.
+    counted = ev.evaluate(rep)['machines']['amd-epyc-2c']['tiers']['1x']['AUTO']
+    ignored = ev.evaluate(rep, {'count_time_errors': False})
+    assert ignored['machines']['amd-epyc-2c']['tiers']['1x']['AUTO']['choices'] == \
+        {'float32': 2}
+    assert counted['choices'].get('llama.cpp-q4_1', 0) >= 1

@@ -18,7 +18,8 @@ MODEL = TimingModel(0.0, 0.001, 0.0, 1e-5, 0.03)  # prefill 2 s at 2000 tokens
 SETTINGS = replace(PlannerSettings.from_config(NodeConfig()), time_margin=0.0,
                    min_cut_saving=0.0, min_switch_speedup=1.0, auto_early_exit=True,
                    admit_probability=0.02)
-RESOURCES = ('early_exit', 'precisions', 'effects', 'mix', 'engines', 'press_s_per_token')
+RESOURCES = ('early_exit', 'precisions', 'effects', 'mix', 'engines', 'press_s_per_token',
+             'time_errors')
 
 
 def make_planner(timing, predictor, **kwargs):
@@ -460,6 +461,24 @@ def test_auto_runs_a_short_command_on_the_faster_engine_only_when_the_torch_path
     assert tight.est_wcet_s == pytest.approx(LLAMA.wcet(40, 0.0, 60))
     assert 'llama.cpp-f16' in tight.note and tight.fallback is None
     assert planner.estimate_s(tight, 10) == pytest.approx(LLAMA.wcet(40, 0.0, 10))
+
+
+def test_an_option_that_fits_only_at_its_estimated_speed_yields_to_one_that_fits_slower():
+    # The full model fits on paper with 5 % to spare; the engine has room to spare.
+    budget = MODEL.wcet(40, 0.0, 60) * 1.05
+    assert engine_planner().plan(req(Mode.AUTO), 40, budget).precision == ''
+    # This machine ran the last goals 0.9-1.3x their estimates: the full model's answer
+    # misses whenever its steps run over 5 % slow (two of five points), the engine's
+    # fits at every one.
+    errors = {'': (0.9, 0.95, 1.0, 1.1, 1.3)}
+    alone = make_planner(lambda: MODEL, Fixed(60), time_errors=errors.get)
+    assert alone.plan(req(Mode.AUTO), 40, budget).fit_probability == pytest.approx(0.6)
+    planner = engine_planner(time_errors=lambda option: errors.get(option, ()))
+    plan = planner.plan(req(Mode.AUTO), 40, budget)
+    assert plan.precision == ENGINE and plan.fit_probability == pytest.approx(1.0)
+    # The engine's own errors count for it: measured 7x slow, it fits no surer.
+    errors[ENGINE] = (7.0,) * 5
+    assert planner.plan(req(Mode.AUTO), 40, budget).precision == ''
 
 
 def test_a_long_prompt_stays_on_the_engine_whose_prefill_fits():

@@ -248,3 +248,27 @@ def test_long_prompts_stay_planned_on_calibration_after_many_short_goals():
         assert model.prefill(4000) == pytest.approx(truth.prefill(4000), rel=0.2), (bias, seed)
         chunk = with_cached_prefix(model, 7293).prefill(7373)
         assert chunk == pytest.approx(with_cached_prefix(truth, 7293).prefill(7373), rel=0.2)
+
+
+def test_estimate_errors_are_the_plans_errors_at_equal_weight_quantiles():
+    from timebill_ros.core.timing import EstimateErrors
+    errors = EstimateErrors(capacity=10, minimum=4)
+    for ratio in (1.0, 1.2, 0.9):
+        errors.observe(ratio, 1.0)
+    assert errors.points() == ()  # too few to say
+    errors.observe(0.0, 1.0)  # nothing measured: not counted
+    errors.observe(1.1, 1.0)
+    assert len(errors) == 4 and errors.points()[2] == pytest.approx(1.05)
+    errors.observe(100.0, 1.0)  # a suspended process counts as 3x, like the drift
+    assert max(errors.points()) <= 3.0
+    for _ in range(10):  # the window forgets the old machine
+        errors.observe(2.0, 1.0)
+    assert errors.points() == pytest.approx((2.0,) * 5)
+
+
+def test_online_model_records_each_goals_error_against_the_model_it_was_planned_with():
+    online = OnlineTimingModel(TimingModel(0.0, 0.001, 0.0, 0.0, 0.01))
+    for _ in range(8):  # every goal's steps run 1.5x the model of the moment
+        online.observe(10, 0.01, 10, [online.model.step(10) * 1.5] * 10)
+    # Taken after the refit, the drift would have hidden part of each error.
+    assert online.errors.points() == pytest.approx((1.5,) * 5, rel=1e-3)

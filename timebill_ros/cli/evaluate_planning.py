@@ -159,11 +159,13 @@ def profile_models(report: dict) -> dict:
 
 
 def make_planner(report: dict, machine: Machine, length: RecordedLength, drift: dict,
-                 policy: dict):
+                 policy: dict, errors: dict | None = None):
     """Return the node's planner on the profiles of the traced options, scaled.
 
     ``drift``: option -> (prefill, decode) ratios of its traces to its profile (what the
-    node's online ETE learned); ``policy``: planner settings to replay.
+    node's online ETE learned); ``policy``: planner settings to replay; ``errors``:
+    option -> its time-error ratios at EstimateErrors.QUANTILES (what the node's ETEs
+    measured of their own errors).
     """
     from timebill_ros.core.config import NodeConfig
     from timebill_ros.core.cuts import CutEffects, SHIPPED
@@ -183,8 +185,10 @@ def make_planner(report: dict, machine: Machine, length: RecordedLength, drift: 
     precisions = {p: (lambda m=models[p]: m) for p in ('int8-weight', 'int8-dynamic')
                   if p in models}
     engines = {o: (lambda m=m: m) for o, m in models.items() if o.startswith('llama.cpp-')}
+    errors = errors or {}
     return TimeBillPlanner(lambda: main, length, settings, precisions=precisions,
-                           effects=CutEffects.load(SHIPPED), engines=engines)
+                           effects=CutEffects.load(SHIPPED), engines=engines,
+                           time_errors=lambda option: errors.get(option or 'float32', ()))
 
 
 class Replay:
@@ -219,6 +223,7 @@ class Replay:
         self.steps = {name: statistics.median(values) for name, values in steps.items()}
         self.jitter = sorted(self._reruns(report))
         self.drift = self._drift(report)
+        self.errors = self._errors(report)
         self.typical = statistics.fmean(t['tokens'] for t in report['traces']
                                         if t['strategy'] == 'float32')
         # What a node planning without its predictor reads: the spread of the answers it
@@ -250,6 +255,27 @@ class Replay:
             dec = [t['decode_s'] / model.decode(t['prompt_tokens'], t['tokens']) for t in runs]
             drift[name] = (statistics.median(pre), statistics.median(dec))
         return drift
+
+    def _errors(self, report: dict) -> dict:
+        """Return {option: time-error ratios at EstimateErrors.QUANTILES}.
+
+        What the node's ETE of an option measures of itself: a goal's decode time over
+        the drift-scaled model's estimate, its traces' spread around the drift times a
+        rerun's spread around its loose run.
+        """
+        import numpy as np
+        from timebill_ros.core.timing import EstimateErrors
+        errors = {}
+        for name, model in self.models.items():
+            runs = [t for (_, s), t in self.raw.items()
+                    if s.split(' + ')[0] == name and t['tokens'] > 1]
+            if name not in self.drift or not runs:
+                continue
+            own = [t['decode_s'] / model.decode(t['prompt_tokens'], t['tokens'])
+                   / self.drift[name][1] for t in runs]
+            ratios = np.outer(own, self.jitter or [1.0]).ravel()
+            errors[name] = tuple(float(x) for x in np.quantile(ratios, EstimateErrors.QUANTILES))
+        return errors
 
     def _reruns(self, report: dict) -> list:
         """Return time ratios of fixed choices' tier runs to their loose runs (same answer).
@@ -353,7 +379,7 @@ def evaluate(report: dict, policy: dict | None = None) -> dict:
                             predicted, replay.typical)
     out = {}
     for machine in machines(replay.steps):
-        planner = make_planner(report, machine, length, replay.drift, policy)
+        planner = make_planner(report, machine, length, replay.drift, policy, replay.errors)
         tiers = {}
         for tier in report['tiers']:
             rows = {}

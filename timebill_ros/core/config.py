@@ -35,7 +35,7 @@ LIVE = frozenset({
     'miss_rate_error', 'hardware_id', 'alpha_max', 'infeasible', 'plan_quantile',
     'admit_probability', 'yield_when_late', 'fit_tolerance', 'predictor_share',
     'min_cut_saving', 'auto_early_exit', 'deadline_closure', 'tpot_jitter', 'idle_best_effort',
-    'min_switch_speedup', 'time_margin', 'context_reduction'})
+    'min_switch_speedup', 'time_margin', 'context_reduction', 'count_time_errors'})
 
 _TABLE = (
     Param('model', 'embedded', "Model source: 'embedded' (SmolLM2-135M-Instruct from the "
@@ -129,6 +129,12 @@ _TABLE = (
           'P(answer fits) is within this of the surest one (each counted up to '
           'plan_quantile) compete on measured fidelity; the others are left out. 0: the '
           'surest always wins; 1: the most faithful likely one wins.', 0.0, 1.0),
+    Param('count_time_errors', True, "MODE_AUTO's P(answer fits) counts how far this "
+          "machine's recent goals ran from their time estimates (each option's ratios at "
+          'five quantiles, from its last 64 solo goals): an option that fits only at its '
+          'estimated speed then yields to one that still fits when steps run slow. '
+          'False: an option whose worst case fits the time left (less time_margin) counts '
+          'as sure.'),
     Param('predictor_share', 0.05, 'The length predictor runs at admission only when its '
           'measured cost is at most this share of the time left (with another engine '
           'resident it runs before the prefill, ~0.1-0.35 s on a 2-core VM); otherwise the '

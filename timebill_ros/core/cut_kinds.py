@@ -61,12 +61,19 @@ class CutContext:
     engines: dict = field(default_factory=dict)
     # Seconds an eviction press adds per prompt token (learned from pressed prefills).
     press_s_per_token: Callable[[], float] = field(default=lambda: 0.0)
+    # Option ('' = the full model) -> its ETE's recent measured/estimated time ratios
+    # at equal-weight quantiles (EstimateErrors.points); () while none were measured.
+    time_errors: Callable[[str], tuple] = field(default=lambda option: ())
 
     def model_of(self, precision: str) -> TimingModel:
         """Return the current ETE of a resident precision's (or engine's) steps."""
         if precision in self.engines:
             return self.engines[precision]()
         return self.precisions[precision]()
+
+    def errors_of(self, option: str) -> tuple:
+        """Return an option's recent time-error ratios (the full model's if it has none)."""
+        return self.time_errors(option) or self.time_errors('')
 
 
 @dataclass(frozen=True)

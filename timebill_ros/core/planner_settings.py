@@ -29,6 +29,7 @@ class PlannerSettings:
     auto_early_exit: bool
     min_switch_speedup: float
     deadline_closure: bool
+    count_time_errors: bool
 
     def __post_init__(self):
         """Raise ValueError on settings the planner cannot work with."""

@@ -304,7 +304,8 @@ class TimeBillPlanner:
                  settings: PlannerSettings, *, early_exit: EarlyExitConfig | None = None,
                  precisions: dict | None = None, effects: CutEffects | None = None,
                  mix: MixConfig | None = None, engines: dict | None = None,
-                 press_s_per_token: Callable[[], float] = lambda: 0.0):
+                 press_s_per_token: Callable[[], float] = lambda: 0.0,
+                 time_errors: Callable[[str], tuple] = lambda option: ()):
         """Configure the planner; raise ValueError on a mix without its resident copy.
 
         ``settings``: the node parameters the planner reads
@@ -319,13 +320,15 @@ class TimeBillPlanner:
         a whole goal there, and a goal may pin it like a precision.
         ``press_s_per_token`` returns what an eviction press adds to a prefill per prompt
         token (learned by the engine; an evicting cut's prefill counts it).
+        ``time_errors`` returns an option's recent measured/estimated time ratios (''
+        = the full model; core.timing.EstimateErrors.points): P(fit) counts them.
         """
         self.timing, self.predictor, self.settings = timing, predictor, settings
         precisions = dict(precisions or {})
         if mix is not None and mix.low not in precisions:
             raise ValueError(f'mixed precision needs a resident {mix.low} copy')
         self.context = CutContext(precisions, effects or CutEffects(), early_exit, mix,
-                                  dict(engines or {}), press_s_per_token)
+                                  dict(engines or {}), press_s_per_token, time_errors)
 
     @property
     def precisions(self) -> dict:
@@ -420,18 +423,31 @@ class TimeBillPlanner:
         effect = cut.effect(self.context)
         worst = goal.worst(max(1, math.ceil(goal.planned * effect.length_factor)))
         wcet = cut.time_s(self.context, goal.model, goal.n_x, worst)
-        if wcet <= goal.target:
-            fits, probability = worst, 1.0
-        else:
-            fits = tokens_that_fit(self.context, goal, cut)
-            if fits >= goal.cap:
-                probability = 1.0  # an answer stops at max_new_tokens
-            elif goal.dist is not None:
-                probability = goal.dist.prob_at_most(fits / effect.length_factor,
-                                                     goal.predicted)
-            else:
-                probability = 1.0 if fits >= worst else 0.0
+        fits = worst if wcet <= goal.target else tokens_that_fit(self.context, goal, cut)
+        errors = self.context.errors_of(cut.precision) \
+            if self.settings.count_time_errors else ()
+        if not errors:
+            probability = self._fit_probability(goal, effect, worst, fits)
+        else:  # the answer fits when it does at the speed the option runs at
+            probability = sum(self._fit_probability(
+                goal, effect, worst, self._fits_at(goal, cut, wcet, worst, ratio))
+                for ratio in errors) / len(errors)
         return Option(cut, worst, fits, probability, effect.quality, wcet)
+
+    def _fits_at(self, goal: Goal, cut: Cut, wcet: float, worst: int, ratio: float) -> int:
+        """Return the tokens that fit when the option runs ``ratio`` times its estimate."""
+        if wcet * ratio <= goal.target:
+            return worst
+        return tokens_that_fit(self.context, replace(goal, target=goal.target / ratio), cut)
+
+    @staticmethod
+    def _fit_probability(goal: Goal, effect, worst: int, fits: int) -> float:
+        """Return P(the answer ends within ``fits`` tokens)."""
+        if fits >= worst or fits >= goal.cap:
+            return 1.0  # the planned length fits, or the answer stops at max_new_tokens
+        if goal.dist is not None:
+            return goal.dist.prob_at_most(fits / effect.length_factor, goal.predicted)
+        return 1.0 if fits >= worst else 0.0
 
     def _hybrid(self, goal: Goal, low: Option) -> Option | None:
         """Judge full precision with a switch to ``low``'s precision when time runs short.

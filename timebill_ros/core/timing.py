@@ -134,6 +134,44 @@ def ape(predicted: Sequence[float], actual: Sequence[float]) -> list:
     return [abs(p - a) / a * 100.0 for p, a in zip(predicted, actual)]
 
 
+class EstimateErrors:
+    """The ETE's recent errors: measured / estimated decode time of served goals.
+
+    Each ratio is taken against the model a goal was planned with (before the goal
+    refits it), so it is the error a plan meets. The planner reads a few quantiles of
+    them to tell how likely an option that fits on paper fits on this machine: with
+    a 10 % margin, a goal planned at 0.95 of its budget misses whenever its steps run
+    6 % slow, which a 2-core VM does often (rerun times spread 0.8-1.5x here).
+    """
+
+    QUANTILES = (0.1, 0.3, 0.5, 0.7, 0.9)  # equal-weight points of the distribution
+
+    def __init__(self, capacity: int = 64, minimum: int = 8):
+        """Keep the last ``capacity`` ratios; answer nothing before ``minimum`` of them."""
+        self._ratios: deque = deque(maxlen=capacity)
+        self._minimum = minimum
+        self._points: tuple = ()
+        self._lock = threading.Lock()
+
+    def observe(self, measured_s: float, estimated_s: float) -> None:
+        """Add one goal's measured and estimated decode seconds."""
+        if measured_s <= 0.0 or estimated_s <= 0.0:
+            return
+        with self._lock:
+            self._ratios.append(_clamp_drift(measured_s / estimated_s))
+            if len(self._ratios) >= self._minimum:
+                self._points = tuple(float(x) for x in np.quantile(
+                    np.fromiter(self._ratios, float), self.QUANTILES))
+
+    def points(self) -> tuple:
+        """Return the ratios at QUANTILES (empty until ``minimum`` goals were seen)."""
+        return self._points
+
+    def __len__(self) -> int:
+        """Return how many ratios are kept."""
+        return len(self._ratios)
+
+
 @dataclass
 class OnlineTimingModel:
     """Refit the ETE after every served goal from a bounded, forgetting window of samples.
@@ -169,6 +207,7 @@ class OnlineTimingModel:
     drift_gain: float = 0.5
     drift_prefill: float = 1.0
     drift_decode: float = 1.0
+    errors: EstimateErrors = field(default_factory=EstimateErrors)
 
     def __post_init__(self):
         """Size the sample windows."""
@@ -188,6 +227,9 @@ class OnlineTimingModel:
     def observe(self, n_x: int, prefill_s: float, kv_after_prefill: int,
                 step_times: Sequence[float]) -> TimingModel:
         """Fold one served goal's timings in and refit; return the new model."""
+        if step_times:  # the plan's error, before the goal teaches the model
+            self.errors.observe(float(sum(step_times)),
+                                self.model.decode(kv_after_prefill, len(step_times) + 1))
         if prefill_s > 0:
             self.prefill_samples.append((n_x, prefill_s))
         if step_times:

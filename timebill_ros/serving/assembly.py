@@ -370,7 +370,8 @@ class Assembly:
             lambda: online.model, self.predictor, PlannerSettings.from_config(config),
             early_exit=early_exit, precisions=precisions, effects=self.effects,
             mix=self._mix_from(profile) if self.low_precision in online_variants else None,
-            engines=engines, press_s_per_token=lambda: self.press_cost.s_per_token)
+            engines=engines, press_s_per_token=lambda: self.press_cost.s_per_token,
+            time_errors=_time_errors({'': online, **online_variants, **self.online_engines}))
         if engines:
             engine = ResidentEngines(engine, {option: self.llama[option] for option in engines})
         self.log.info(describe_regime(online.model, {p: m() for p, m in precisions.items()},
@@ -381,6 +382,14 @@ class Assembly:
         return Pipeline(planner, limits, engine, config.max_batch, online,
                         dict(online_variants), early_exit, self._batch_from(profile),
                         dict(self.online_engines))
+
+
+def _time_errors(etes: dict):
+    """Return option -> its ETE's recent error ratios ('' = the full model's)."""
+    def points(option: str) -> tuple:
+        ete = etes.get(option)
+        return ete.errors.points() if ete is not None else ()
+    return points
 
 
 def _lead_first(pick: Int8Pick) -> tuple:

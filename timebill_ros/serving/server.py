@@ -159,7 +159,11 @@ class Server:
             extra.update({'ete_step_s_per_kv_token': model.p, 'ete_step_base_s': model.q,
                           # measured / fitted time per phase: > 1 means slower than calibrated
                           'ete_drift_prefill': round(pipeline.online.drift_prefill, 4),
-                          'ete_drift_decode': round(pipeline.online.drift_decode, 4)})
+                          'ete_drift_decode': round(pipeline.online.drift_decode, 4),
+                          # the planner's P(fit) counts these (count_time_errors)
+                          'ete_error_ratios_q10_q90': _ratios(pipeline.online.errors)})
+            for option, ete in pipeline.online_engines.items():
+                extra[f'ete_error_ratios_q10_q90_{option}'] = _ratios(ete.errors)
         prefixes = self.assembly.prefix_cache
         if prefixes is not None:
             extra.update({'prefix_cache_blocks': len(prefixes),
@@ -188,3 +192,9 @@ class Server:
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the worker thread (the running goal ends first)."""
         self.dispatch.stop(timeout_s)
+
+
+def _ratios(errors) -> str:
+    """Return an ETE's recent measured/estimated ratios at its quantiles, for diagnostics."""
+    points = errors.points()
+    return ' '.join(f'{x:.2f}' for x in points) if points else f'{len(errors)} goals measured'
