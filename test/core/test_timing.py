@@ -272,3 +272,10 @@ def test_online_model_records_each_goals_error_against_the_model_it_was_planned_
         online.observe(10, 0.01, 10, [online.model.step(10) * 1.5] * 10)
     # Taken after the refit, the drift would have hidden part of each error.
     assert online.errors.points() == pytest.approx((1.5,) * 5, rel=1e-3)
+
+
+def test_a_repeated_prompt_reuses_its_whole_blocks_before_its_last_token():
+    from timebill_ros.core.timing import PREFIX_BLOCK, reusable_prefix
+    assert PREFIX_BLOCK == 32
+    assert [reusable_prefix(n) for n in (0, 1, 32, 33, 64, 65, 622)] == \
+        [0, 0, 0, 32, 32, 64, 608]  # 608 of 622, as the node's plan notes say

@@ -136,6 +136,8 @@ def test_a_goal_is_answered_by_the_replica_and_streamed(client):
     assert 'Paris' in result.text and 'Ġ' not in result.text
     assert run.streamed_text == result.text and result.tokens == len(run.feedback)
     assert 'replica http://127.0.0.1:8013' in result.reason
+    # Planned on the shipped text-side length head (no local model in front of replicas).
+    assert result.plan.predictor.startswith('rlp-text') and result.plan.predicted_tokens >= 1
 
 
 def test_kill_ends_a_remote_goal_at_its_deadline(client):

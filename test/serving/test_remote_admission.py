@@ -8,7 +8,7 @@ from timebill_ros.core.length import observed_distribution
 from timebill_ros.core.request import Rejection
 from timebill_ros.serving.remote import Load, RemoteAnswer, ReplicaPool
 from timebill_ros.serving.remote_admission import (
-    expected_lengths, fit_probability, plan_on_pool)
+    expected_lengths, fit_probability, LengthBasis, plan_on_pool)
 
 CONFIG = SimpleNamespace(plan_quantile=0.9, admit_probability=0.001, yield_when_late=True)
 
@@ -30,18 +30,19 @@ def test_the_tokens_that_fit_follow_the_replica_timing():
 
 def test_lengths_come_from_the_recent_spread_or_the_mean():
     spread = observed_distribution([10] * 10 + [30] * 10, [], 64)
-    median, planned = expected_lengths(spread, 99.0, 64, 0.9)
+    median, planned = expected_lengths(LengthBasis(spread, 99.0), 64, 0.9)
     assert median in (10, 30) and planned == 30
-    assert expected_lengths(None, 12.4, 64, 0.9) == (12, 12)
-    assert expected_lengths(None, 200.0, 64, 0.9) == (64, 64)  # within the goal's cap
-    assert fit_probability(spread, 20, 20, 64) == pytest.approx(0.5, abs=0.05)
-    assert fit_probability(None, 12, 6, 64) == 0.25 and fit_probability(None, 12, 64, 64) == 1
+    assert expected_lengths(LengthBasis(None, 12.4), 64, 0.9) == (12, 12)
+    assert expected_lengths(LengthBasis(None, 200.0), 64, 0.9) == (64, 64)  # the goal's cap
+    assert fit_probability(LengthBasis(spread, 0), 20, 20, 64) == pytest.approx(0.5, abs=0.05)
+    mean = LengthBasis(None, 12.0)
+    assert fit_probability(mean, 12, 6, 64) == 0.25 and fit_probability(mean, 12, 64, 64) == 1
 
 
 def test_a_goal_is_planned_on_the_earliest_replica_and_says_so():
     pool = pool_of(urls=('http://slow:1', 'http://fast:1'))
     pool.replicas[1].timing.itl_coef[0] = 0.02
-    replica, plan = plan_on_pool(pool, None, 10.0, 40, 64, 5.0, CONFIG)
+    replica, plan = plan_on_pool(pool, LengthBasis(None, 10.0), 40, 64, 5.0, CONFIG)
     assert replica.url == 'http://fast:1' and plan.predicted_tokens == 10
     assert plan.fit_probability == 1.0 and 'replica http://fast:1' in plan.note
     assert plan.est_wcet_s == pytest.approx(0.5 + 9 * 0.02)
@@ -49,18 +50,18 @@ def test_a_goal_is_planned_on_the_earliest_replica_and_says_so():
 
 def test_no_chance_is_refused_with_the_prediction():
     with pytest.raises(Rejection, match='no replica is predicted to answer in time'):
-        plan_on_pool(pool_of(), None, 10.0, 40, 64, 0.3, CONFIG)
+        plan_on_pool(pool_of(), LengthBasis(None, 10.0), 40, 64, 0.3, CONFIG)
 
 
 def test_a_goal_expected_to_miss_yields_only_when_others_share_the_replica():
     pool = pool_of()
     # Alone: admitted (its answer may be short); Kill bounds it.
-    replica, plan = plan_on_pool(pool, None, 20.0, 40, 64, 1.0, CONFIG)
+    replica, plan = plan_on_pool(pool, LengthBasis(None, 20.0), 40, 64, 1.0, CONFIG)
     assert plan.fit_probability == pytest.approx(6 / 40)  # 6 tokens fit; the mean is 20
     pool.started(replica, deadline=0.5)
     with pytest.raises(Rejection, match='yielding to the 1 goals running'):
-        plan_on_pool(pool, observed_distribution([3, 20, 20], [], 64), 20.0, 40, 64, 1.0,
-                     CONFIG)
+        plan_on_pool(pool, LengthBasis(observed_distribution([3, 20, 20], [], 64), 20.0), 40,
+                     64, 1.0, CONFIG)
 
 
 def test_every_replica_down_is_refused_with_their_errors():
@@ -68,4 +69,21 @@ def test_every_replica_down_is_refused_with_their_errors():
     goal = pool.started(pool.replicas[0], 1.0, 40)
     pool.ended(pool.replicas[0], RemoteAnswer(ended='failed', error='refused'), goal)
     with pytest.raises(Rejection, match='no replica is up .*refused'):
-        plan_on_pool(pool, None, 10.0, 40, 64, 5.0, CONFIG)
+        plan_on_pool(pool, LengthBasis(None, 10.0), 40, 64, 5.0, CONFIG)
+
+
+def test_a_text_predictor_plans_each_goal_on_its_own_calibrated_prediction():
+    from timebill_ros.core.length import LengthDistribution
+    # Held-out pairs: predictions of 10 came true at 8-12, predictions of 60 at 50-70.
+    dist = LengthDistribution.fit([10] * 20 + [60] * 20,
+                                  list(range(8, 13)) * 4 + list(range(50, 71, 5)) * 4,
+                                  min_per_band=20)
+    pool = pool_of()
+    short = LengthBasis(dist, 40.0, predicted=10, predictor='rlp-minilm')
+    replica, plan = plan_on_pool(pool, short, 40, 128, 5.0, CONFIG)
+    assert plan.predictor == 'rlp-minilm' and 8 <= plan.predicted_tokens <= 12
+    assert 'rlp-minilm predicted 10' in plan.note and plan.fit_probability == 1.0
+    # 2.0 s fits 16 tokens: a predicted long answer has no chance, a short one a sure one.
+    assert plan_on_pool(pool, short, 40, 128, 2.0, CONFIG)[1].fit_probability == 1.0
+    with pytest.raises(Rejection, match='rlp-minilm predicted 60'):
+        plan_on_pool(pool, LengthBasis(dist, 40.0, 60, 'rlp-minilm'), 40, 128, 2.0, CONFIG)

@@ -763,6 +763,29 @@ def test_the_length_predictor_is_skipped_when_its_cost_would_eat_the_budget(
         server.stop(timeout_s=30.0)
 
 
+def test_a_skipped_length_predictor_gives_way_to_the_text_head_when_that_fits(
+        loaded, tmp_path, synthetic_profile):
+    from timebill_ros.runtime.predictor import text_predictor
+    server = profiled_server(loaded, tmp_path, synthetic_profile, 'edf', predictor_share=0.25)
+    goal = GoalSpec('Answer with one word, STOP or GO: the crosswalk light is red.',
+                    budget_s=2.0, mode=int(Mode.AUTO), max_new_tokens=50)
+    try:
+        # The shipped head was distilled from the embedded model, not this tiny one: set
+        # it directly (the rule under test is admission's, not the head's accuracy).
+        assert server.assembly.text_predictor is None
+        server.assembly.text_predictor = text = text_predictor('text')
+        server.admission.predict_s = 1.0  # the torch head: over 25 % of 2 s
+        plan = server.dry_run(goal).plan
+        assert plan.predictor == text.name, plan.note
+        assert f'{text.name} predicted {plan.predicted_tokens} tokens' in plan.note
+        assert 0 < server.admission.text_s < 0.5  # measured, as the torch head's cost is
+        server.admission.text_s = 1.0  # too costly as well: the recent answers decide
+        plan = server.dry_run(goal).plan
+        assert plan.predictor != text.name and 'length predictor skipped' in plan.note
+    finally:
+        server.stop(timeout_s=30.0)
+
+
 def test_a_repeated_context_is_prefilled_once_and_planned_as_cached(
         loaded, tmp_path, synthetic_profile):
     server = profiled_server(loaded, tmp_path, synthetic_profile, 'edf', prefill_chunk=64)

@@ -35,11 +35,11 @@ import time
 
 from timebill_ros.cli import common
 from timebill_ros.core.length import observed_distribution
+from timebill_ros.core.timing import reusable_prefix
 from timebill_ros.evaluation import metrics
 
 # Option traces by the name the planner gives them (Plan.precision; '' = float32).
 TRACE_OF = {'': 'float32', 'int8-weight': 'int8-weight', 'int8-dynamic': 'int8-dynamic'}
-PREFIX_BLOCK = 32  # the torch engine's prefix-cache block (serving.assembly.PREFIX_BLOCK)
 CACHED = re.compile(r'(\d+) of (\d+) prompt tokens (in the prefix cache|held by)')
 
 
@@ -108,7 +108,7 @@ def cached_now(option: str, n: int, order: str) -> int:
     """
     if option.startswith('llama.cpp-'):
         return n - 1 if order == 'item' else 0
-    return (n - 1) // PREFIX_BLOCK * PREFIX_BLOCK
+    return reusable_prefix(n)
 
 
 def warm_prefill(trace: dict, prefill, cached: int) -> float:

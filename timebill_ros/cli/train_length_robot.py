@@ -59,6 +59,25 @@ def out_of_fold(x, y, parts, bucket_size, n_max, l2, decode) -> np.ndarray:
     return pred
 
 
+def probe_features(rows: list, feats: dict, layers) -> dict:
+    """Return {'L<layer>-<last|mean>': rows x hidden} of the labelled prefill states."""
+    features = {}
+    for li, layer in enumerate(layers):
+        for idx, kind in enumerate(('last', 'mean')):
+            features[f'L{layer}-{kind}'] = np.stack(
+                [feats[r['id']][idx][li] for r in rows]).astype(np.float32)
+    return features
+
+
+def text_features(rows: list) -> dict:
+    """Return {'minilm': rows x 384}: the MiniLM embedding of each item's user turn."""
+    from timebill_ros.evaluation.length_data import robot_prompts
+    from timebill_ros.runtime.predictor import MiniLMFeatures
+    texts = dict(robot_prompts(10 ** 6, wanted={r['id'] for r in rows}))
+    embed = MiniLMFeatures().embed
+    return {'minilm': np.stack([embed(texts[r['id']]) for r in rows]).astype(np.float32)}
+
+
 def main(argv=None) -> int:
     """Choose, calibrate, train, write and report."""
     from timebill_ros.core.length import LengthDistribution, metrics
@@ -81,6 +100,11 @@ def main(argv=None) -> int:
                         help='weight decays tried by cross-validation')
     parser.add_argument('--decodes', nargs='+', default=['median', 'mean'],
                         help='bucket decode rules tried by cross-validation')
+    parser.add_argument('--features', choices=('target', 'text'), default='target',
+                        help="'target': probes of the target model's prefill states (the "
+                        "shipped head); 'text': the MiniLM embedding of the user turn (the "
+                        'head the node plans with in front of vLLM replicas; write it with '
+                        '--head-out timebill_ros/data/length_head_text.npz)')
     parser.add_argument('--max-new-tokens', type=int, default=128,
                         help="the stand-in's prediction (the node's default answer cap)")
     args = parser.parse_args(argv)
@@ -97,11 +121,8 @@ def main(argv=None) -> int:
     train = np.array([i for i, r in enumerate(rows) if items[r['id']].split == 'train'])
     test = np.array([i for i, r in enumerate(rows) if items[r['id']].split == 'test'])
     y = np.array([r['length'] for r in rows], dtype=float)
-    features = {}
-    for li, layer in enumerate(PROBE_LAYERS):
-        for idx, kind in enumerate(('last', 'mean')):
-            features[f'L{layer}-{kind}'] = np.stack(
-                [feats[r['id']][idx][li] for r in rows]).astype(np.float32)
+    features = text_features(rows) if args.features == 'text' else \
+        probe_features(rows, feats, PROBE_LAYERS)
     parts = folds(len(train))
     t0 = time.perf_counter()
     scores = []
@@ -123,7 +144,10 @@ def main(argv=None) -> int:
     baseline = LinearHead.load(baseline_path) if os.path.isfile(baseline_path) else None
     new_pred = head.predict(x[test])
     preds = {'trained on robot train split': new_pred,
-             'max-new-tokens stand-in': np.full(len(test), float(args.max_new_tokens))}
+             'max-new-tokens stand-in': np.full(len(test), float(args.max_new_tokens)),
+             # What a node without a predictor plans with (the mean answer it has seen).
+             'mean of the train answers': np.full(len(test), float(np.mean(
+                 np.minimum(y[train], args.max_new_tokens))))}
     if baseline is not None and baseline.features in features:
         preds['previously shipped head'] = baseline.predict(features[baseline.features][test])
     cap = np.minimum(y[test], args.max_new_tokens)  # what the node's goals really produce

@@ -135,6 +135,14 @@ _TABLE = (
           'estimated speed then yields to one that still fits when steps run slow. '
           'False: an option whose worst case fits the time left (less time_margin) counts '
           'as sure.'),
+    Param('text_length_predictor', 'text', "A length head on the user turn's text (an "
+          'all-MiniLM-L6-v2 embedding; no target model): in front of vLLM replicas it is '
+          "the length predictor; on the local model it stands in when length_predictor "
+          'would cost over predictor_share of the time left (the torch head runs a '
+          "24-layer forward). 'text': the shipped head (timebill_ros/data/"
+          "length_head_text.npz, trained and calibrated on the robot workload's train "
+          "split); 'none': the spread of recent answers instead; or a path to a head .npz "
+          'from timebill_ros.cli.train_length_robot --features text.'),
     Param('predictor_share', 0.05, 'The length predictor runs at admission only when its '
           'measured cost is at most this share of the time left (with another engine '
           'resident it runs before the prefill, ~0.1-0.35 s on a 2-core VM); otherwise the '

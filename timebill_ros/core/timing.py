@@ -68,6 +68,16 @@ class CachedPrefixTiming(TimingModel):
         return self.a * (n_x * n_x - m * m) + self.b * (n_x - m) + self.c
 
 
+# Prompt tokens per block of the torch engine's prefix cache (runtime.prefix_cache): a
+# repeated prompt is reused up to its last whole block before its last token.
+PREFIX_BLOCK = 32
+
+
+def reusable_prefix(prompt_tokens: int, block: int = PREFIX_BLOCK) -> int:
+    """Return the tokens of a repeated ``prompt_tokens`` prompt the prefix cache supplies."""
+    return max(0, prompt_tokens - 1) // block * block
+
+
 def with_cached_prefix(model: TimingModel, cached: int) -> TimingModel:
     """Return ``model`` for a prompt whose first ``cached`` tokens need no prefill."""
     if cached <= 0:

@@ -348,10 +348,13 @@ def build(node, config: NodeConfig, loader: Callable, gate=lambda: '') -> Interf
 def build_remote(node, config: NodeConfig, gate=lambda: '') -> Interfaces:
     """Create the node's interfaces over vLLM replicas (no local model)."""
     from timebill_ros.runtime.model import load_tokenizer
+    from timebill_ros.runtime.predictor import text_predictor
     from timebill_ros.serving.remote_server import RemoteModel, RemoteServer
     log = node.get_logger()
     tokenizer, name = load_tokenizer(config.model)  # counts prompt tokens, nothing more
-    server = RemoteServer(config, tokenizer, log)
+    predictor = text_predictor(config.text_length_predictor)
+    log.info(f'answer lengths planned on: {predictor.name if predictor else "recent answers"}')
+    server = RemoteServer(config, tokenizer, log, predictor=predictor)
     if config.warm_up:
         server.warm_up()
     loaded = RemoteModel(name=f'{name} on {config.vllm_endpoints}')

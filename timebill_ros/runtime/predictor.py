@@ -24,6 +24,9 @@ from timebill_ros.runtime.length_heads import LinearHead
 from timebill_ros.runtime.model import LoadedModel, request_prompt_ids
 
 SHIPPED_HEAD = Path(__file__).resolve().parent.parent / 'data' / 'length_head.npz'
+# The text-side head (MiniLM embedding of the user turn): needs no target model, so the
+# node plans with it in front of vLLM replicas (serving.remote_server).
+SHIPPED_TEXT_HEAD = SHIPPED_HEAD.with_name('length_head_text.npz')
 
 
 def user_content(request: Request) -> str:
@@ -94,10 +97,14 @@ class MiniLMFeatures:
 
     def __call__(self, request: Request) -> np.ndarray:
         """Embed the user turn (truncated like the training data)."""
+        return self.embed(user_content(request))
+
+    def embed(self, text: str) -> np.ndarray:
+        """Return the mean-pooled embedding of ``text`` (its first ``max_length`` tokens)."""
         import torch
         with self._lock, torch.inference_mode():
-            enc = self.tok([user_content(request)], truncation=True,
-                           max_length=self.max_length, return_tensors='pt')
+            enc = self.tok([text], truncation=True, max_length=self.max_length,
+                           return_tensors='pt')
             hidden = self.model(**enc).last_hidden_state
             mask = enc['attention_mask'].unsqueeze(-1).float()
             return ((hidden * mask).sum(1) / mask.sum(1))[0].numpy()
@@ -179,3 +186,24 @@ def load_predictor(path, loaded: LoadedModel, max_tokens: int = 0):
     predictor = HeadPredictor.from_head(head, loaded, max_tokens)
     predictor.target = head.target
     return predictor
+
+
+def text_predictor(choice: str, target: str = ''):
+    """Return the length predictor ``text_length_predictor`` names (None: 'none').
+
+    Raises ValueError for a head that needs the target model's hidden states (the node
+    has no local model in front of replicas), has no calibrated distribution, or was
+    trained on another model's answers than ``target`` ('' = not checked).
+    """
+    if choice in ('none', ''):
+        return None
+    head = LinearHead.load(SHIPPED_TEXT_HEAD if choice == 'text' else choice)
+    if head.features != 'minilm':
+        raise ValueError(f'text_length_predictor {choice!r} reads {head.features} states of '
+                         'a local model; a text head has minilm features')
+    if head.distribution is None:
+        raise ValueError(f'text_length_predictor {choice!r} has no calibrated distribution')
+    if target and head.target != target:  # lengths are distilled from one model
+        raise ValueError(f'text_length_predictor {choice!r} was trained on {head.target!r} '
+                         f'answers, not {target!r}')
+    return HeadPredictor(head, MiniLMFeatures(), f'rlp-text-b{head.bucket_size}')

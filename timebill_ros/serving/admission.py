@@ -36,6 +36,7 @@ class Admission:
         """Admit for ``server`` (its pipeline, model, predictor, dispatch and learning)."""
         self.server = server
         self.predict_s = 0.0  # running mean of the length predictor's cost at admission
+        self.text_s = 0.0  # the same of the text head (assembly.text_predictor)
         self._prior = (None, None)  # (predictor calibration, its marginal), made once
         self.context_cut = ContextCutTable.load()  # fidelity per kept share of context
 
@@ -143,7 +144,7 @@ class Admission:
         if pending or not isinstance(pipeline.planner, TimeBillPlanner):
             return None, '', None
         if self.predict_s > self.config.predictor_share * left_s:
-            return self._skipped(pipeline, left_s)
+            return self._by_text(request, n_prompt, left_s) or self._skipped(pipeline, left_s)
         start = time.monotonic()
         predicted = int(pipeline.planner.predictor.predict(request, n_prompt))
         took = time.monotonic() - start
@@ -182,6 +183,27 @@ class Admission:
         raised = (f'{known} answer tokens predicted, planned for {shortest}: the shortest '
                   f'answer the {kind} allows')
         return shortest, '; '.join(filter(None, [how, raised]))
+
+    def _by_text(self, request, n_prompt: int, left_s: float) -> tuple | None:
+        """Return (length, note, distribution) from the text head, or None when unfit.
+
+        None when there is no text head, or when its own measured cost would also take
+        over ``predictor_share`` of the time left.
+        """
+        text = self.server.assembly.text_predictor
+        if text is None or self.text_s > self.config.predictor_share * left_s:
+            return None
+        start = time.monotonic()
+        predicted = max(1, int(text.predict(request, n_prompt)))
+        took = time.monotonic() - start
+        self.text_s = took if not self.text_s else 0.8 * self.text_s + 0.2 * took
+        why = (f'length predictor skipped (~{self.predict_s:.3f} s, over '
+               f'{self.config.predictor_share:.0%} of the {left_s:.3f} s left): '
+               f'{text.name} predicted {predicted} tokens in {took * 1e3:.0f} ms')
+        # Past its labels' cap (a goal allowing more): the planner plans for the cap.
+        dist = replace(text.distribution, source=text.name) \
+            if predicted <= text.head.n_max else None
+        return predicted, why, dist
 
     def _skipped(self, pipeline, left_s: float) -> tuple:
         """Return (length, note, spread) of a goal planned without its length predictor."""

@@ -158,6 +158,22 @@ def length_predictor(log: Log, choice: str, loaded, max_tokens: int):
     return predictor
 
 
+def text_length_predictor(log: Log, choice: str, loaded):
+    """Build the text-side length head (None: 'none', or unusable for this model: logged).
+
+    It stands in for the torch head when that would cost too much of a goal's time.
+    """
+    from timebill_ros.runtime.predictor import text_predictor
+    try:
+        predictor = text_predictor(choice, loaded.name)
+    except (ValueError, OSError) as exc:
+        log.warning(f'text length predictor unused: {exc}')
+        return None
+    if predictor is not None:
+        log.info(f'text length predictor {predictor.name} ({choice})')
+    return predictor
+
+
 def cut_effects(log: Log, choice: str, loaded) -> CutEffects:
     """Read the measured effects of each cut ('' or a mismatch: cuts count as harmless).
 

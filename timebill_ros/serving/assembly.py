@@ -20,7 +20,8 @@ from timebill_ros.core.planning import (
 from timebill_ros.core.precision import INT8_DYNAMIC_MARGIN, PrecisionTable
 from timebill_ros.core.profile import default_path, Int8Pick, Profile
 from timebill_ros.core.request import Limits, Mode
-from timebill_ros.core.timing import fewest_threads, OnlineBatchDrift, OnlineTimingModel
+from timebill_ros.core.timing import (
+    fewest_threads, OnlineBatchDrift, OnlineTimingModel, PREFIX_BLOCK)
 from timebill_ros.runtime.early_exit import LayerwiseDecoder, measure_layer_times
 from timebill_ros.runtime.engine import Engine, PressCost
 from timebill_ros.runtime.model import cache_root, ModelLoadError, precision_variant
@@ -32,9 +33,6 @@ from timebill_ros.serving import artifacts
 from timebill_ros.serving.artifacts import Log
 from timebill_ros.serving.engine_options import describe_regime, llama_engines, option_profile
 from timebill_ros.serving.resident import ResidentEngines
-
-# Prompt tokens per prefix-cache block: a shared context is reused up to its last whole block.
-PREFIX_BLOCK = 32
 
 
 @dataclass(frozen=True)
@@ -106,6 +104,10 @@ class Assembly:
         self.online_engines: dict = {}  # option -> its OnlineTimingModel (set by start)
         self.predictor = artifacts.length_predictor(log, config.length_predictor, loaded,
                                                     config.length_predictor_max_tokens)
+        # The text head stands in when the torch head would cost too much (admission).
+        self.text_predictor = artifacts.text_length_predictor(
+            log, config.text_length_predictor, loaded) \
+            if config.length_predictor != 'max-new-tokens' else None
         self.effects = artifacts.cut_effects(log, config.cut_effects, loaded)
 
     def engine(self, exit_decoder=None) -> Engine:

@@ -64,6 +64,9 @@ class Job:
     context_note: str = ''
     # llguidance's compiled schema or grammar ('' = free text).
     grammar: str = ''
+    # Replicas: the answer length admission planned on (remote_admission.LengthBasis),
+    # kept for a re-plan when the goal moves to another replica.
+    length_basis: object = None
 
     @property
     def held_by_plan_engine(self) -> int:

@@ -11,7 +11,7 @@ another one when time is left. No local model is loaded.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import json
 import threading
 import time
@@ -29,7 +29,7 @@ from timebill_ros.serving.jobs import Job, JobHooks
 from timebill_ros.serving.learning import Learning
 from timebill_ros.serving.remote import (
     deadline_priority, joined, RemoteAnswer, RemoteGoal, ReplicaPool, stream_goal)
-from timebill_ros.serving.remote_admission import plan_on_pool
+from timebill_ros.serving.remote_admission import LengthBasis, plan_on_pool
 
 
 # A Kill later than this is logged: it should be late by one token plus the network.
@@ -51,10 +51,17 @@ class RemoteServer:
 
     scheduler = 'replica priority (EDF)'
 
-    def __init__(self, config, tokenizer, log, on_finished=lambda *args: None):
-        """Hold the pool, the tokenizer that counts prompt tokens and the telemetry."""
+    def __init__(self, config, tokenizer, log, on_finished=lambda *args: None,
+                 predictor=None):
+        """Hold the pool, the tokenizer that counts prompt tokens and the telemetry.
+
+        ``predictor``: a text-side length predictor with a calibrated ``distribution``
+        (runtime.predictor.HeadPredictor on MiniLM features); None plans every goal on
+        the recent answers.
+        """
         self.config, self.tokenizer, self.log, self.on_finished = \
             config, tokenizer, log, on_finished
+        self.predictor = predictor
         urls = [u.strip() for u in config.vllm_endpoints.split(',') if u.strip()]
         self.pool = ReplicaPool(urls)
         self.client = httpx.Client(limits=httpx.Limits(max_connections=256))
@@ -86,13 +93,32 @@ class RemoteServer:
 
     def _plan(self, job: Job, done_tokens: int = 0) -> tuple:
         """Return (replica, plan) for the goal's tokens left now; raise Rejection."""
-        cap = job.request.max_new_tokens
-        spread = (job.answer_form and self.learning.grammar_lengths(job.answer_form, cap)) \
-            or self.learning.recent_lengths(None)  # a schema's own answers say more
-        return plan_on_pool(self.pool, spread,
-                            self.learning.typical_tokens, len(job.prompt_ids) + done_tokens,
+        if job.length_basis is None:
+            job.length_basis = self._length_basis(job)
+        basis = job.length_basis
+        if done_tokens and basis.predicted:  # moved: the rest of the predicted answer
+            basis = replace(basis, predicted=max(1, basis.predicted - done_tokens))
+        return plan_on_pool(self.pool, basis, len(job.prompt_ids) + done_tokens,
                             job.request.max_new_tokens - done_tokens, job.clock.remaining(),
                             self.config)
+
+    def _length_basis(self, job: Job) -> LengthBasis:
+        """Return what the goal's answer length is planned on, decided once per goal.
+
+        A schema's own earlier answers say most; then the text predictor's calibrated
+        prediction; then the recent answers' spread (or their mean).
+        """
+        cap, typical = job.request.max_new_tokens, self.learning.typical_tokens
+        form = job.answer_form and self.learning.grammar_lengths(job.answer_form, cap)
+        if form:
+            return LengthBasis(form, typical, predictor='earlier answers of its schema')
+        predictor = self.predictor
+        if predictor is not None:
+            predicted = max(1, predictor.predict(job.request, len(job.prompt_ids)))
+            if predicted > predictor.head.n_max:  # runs to a cap its labels never had
+                return LengthBasis(None, float(predicted), predicted, predictor.name)
+            return LengthBasis(predictor.distribution, typical, predicted, predictor.name)
+        return LengthBasis(self.learning.recent_lengths(None), typical)
 
     def admit(self, spec, key: str, reserve: bool = True) -> Job:
         """Validate and plan a goal; raise Rejection with the reason."""

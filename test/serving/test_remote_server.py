@@ -1,0 +1,61 @@
+"""The replica path's length basis: the shipped text head, decided once per goal."""
+
+import pytest
+
+from timebill_ros.core.config import NodeConfig
+from timebill_ros.core.deadline import DeadlineClock
+from timebill_ros.core.planning import Plan
+from timebill_ros.core.request import Mode, OverrunPolicy, Request
+from timebill_ros.runtime.predictor import SHIPPED_HEAD, text_predictor
+from timebill_ros.serving.jobs import Job
+from timebill_ros.serving.remote_server import RemoteServer
+
+
+@pytest.fixture(scope='module')
+def predictor():
+    return text_predictor('text')
+
+
+def _job(instruction: str, cap: int = 128, context: str = '') -> Job:
+    request = Request(instruction, context, 10.0, OverrunPolicy.KILL, Mode.AUTO, cap, 1.0)
+    return Job('k', request, [0] * 40, DeadlineClock.start(10.0), Plan())
+
+
+def test_the_choice_names_a_text_head_or_the_recent_answers(predictor):
+    assert text_predictor('none') is None
+    assert predictor.name.startswith('rlp-text') and predictor.distribution is not None
+    with pytest.raises(ValueError, match='a text head has minilm features'):
+        text_predictor(str(SHIPPED_HEAD))  # reads the local model's layer 24
+
+
+def test_a_goal_is_planned_on_its_own_prediction_once(predictor):
+    server = RemoteServer(NodeConfig(vllm_endpoints='http://127.0.0.1:9'), None, None,
+                          predictor=predictor)
+    short = _job('Answer with one word, STOP or GO: the crosswalk light is red.')
+    long = _job('Write a JSON list of ten waypoints, each with x, y and heading, for a '
+                'patrol around the warehouse.')
+    short_basis, long_basis = server._length_basis(short), server._length_basis(long)
+    assert short_basis.predictor == long_basis.predictor == predictor.name
+    assert 1 <= short_basis.predicted < long_basis.predicted <= 128
+    # Without a predictor: the recent answers (none yet: their mean).
+    recent = RemoteServer(NodeConfig(vllm_endpoints='http://127.0.0.1:9'), None, None)
+    assert recent._length_basis(short).predictor == 'recent answers'
+
+
+class AtTheCap:
+    """A predictor saying 'runs to the cap', as cap_prediction turns a top-bucket one."""
+
+    name, distribution = 'at-the-cap', object()
+    head = type('Head', (), {'n_max': 128})
+
+    def predict(self, request, prompt_tokens):
+        return request.max_new_tokens
+
+
+def test_a_prediction_past_the_labels_cap_plans_for_the_goals_cap():
+    server = RemoteServer(NodeConfig(vllm_endpoints='http://127.0.0.1:9'), None, None,
+                          predictor=AtTheCap())
+    basis = server._length_basis(_job('Write an essay.', cap=1000))
+    assert basis.spread is None and basis.typical == basis.predicted == 1000
+    within = server._length_basis(_job('Write an essay.', cap=100))
+    assert within.spread is AtTheCap.distribution and within.predicted == 100
