@@ -156,8 +156,21 @@ def test_auto_plans_with_the_time_errors_the_nodes_etes_would_measure():
     # No spread of its own around its drift: the reruns' spread alone.
     assert replay.errors['llama.cpp-q4_1'][2] == pytest.approx(replay.jitter[1])
     # At 1x with errors counted, the float32 plan no longer counts as sure.
-    counted = ev.evaluate(rep)['machines']['amd-epyc-2c']['tiers']['1x']['AUTO']
-    ignored = ev.evaluate(rep, {'count_time_errors': False})
+    # (The recorded lengths only: the text head would predict its own.)
+    counted = ev.evaluate(rep, {'text_head': False})['machines']['amd-epyc-2c']['tiers']['1x'][
+        'AUTO']
+    ignored = ev.evaluate(rep, {'count_time_errors': False, 'text_head': False})
     assert ignored['machines']['amd-epyc-2c']['tiers']['1x']['AUTO']['choices'] == \
         {'float32': 2}
     assert counted['choices'].get('llama.cpp-q4_1', 0) >= 1
+
+
+def test_a_skipped_predictor_is_replayed_with_the_text_head_the_node_now_has():
+    replay = ev.Replay(report())
+    replay.predict_text()
+    assert set(replay.text) == set(ITEMS)
+    for predicted, seconds, dist in replay.text.values():
+        assert 1 <= predicted and 0.0 < seconds < 1.0
+        assert dist is None or dist.source.startswith('rlp-text')
+    assert ev.evaluate(report())['policy']['text_head'] is True
+    assert ev.evaluate(report(), {'text_head': False})['policy']['text_head'] is False

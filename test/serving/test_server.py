@@ -775,9 +775,14 @@ def test_a_skipped_length_predictor_gives_way_to_the_text_head_when_that_fits(
         assert server.assembly.text_predictor is None
         server.assembly.text_predictor = text = text_predictor('text')
         server.admission.predict_s = 1.0  # the torch head: over 25 % of 2 s
-        plan = server.dry_run(goal).plan
+        job = server.dry_run(goal)
+        plan = job.plan
         assert plan.predictor == text.name, plan.note
         assert f'{text.name} predicted {plan.predicted_tokens} tokens' in plan.note
+        job.expected_wait_s = -1.0  # it waited longer than admission expected: re-planned
+        replanned, _ = server.admission.plan_at_start(server.pipeline, job)
+        assert 're-planned at dispatch' in replanned.note  # and still says its length basis
+        assert f'{text.name} predicted {plan.predicted_tokens} tokens' in replanned.note
         assert 0 < server.admission.text_s < 0.5  # measured, as the torch head's cost is
         server.admission.text_s = 1.0  # too costly as well: the recent answers decide
         plan = server.dry_run(goal).plan

@@ -224,6 +224,7 @@ class Replay:
         self.jitter = sorted(self._reruns(report))
         self.drift = self._drift(report)
         self.errors = self._errors(report)
+        self.text: dict = {}  # set by predict_text
         self.typical = statistics.fmean(t['tokens'] for t in report['traces']
                                         if t['strategy'] == 'float32')
         # What a node planning without its predictor reads: the spread of the answers it
@@ -231,6 +232,27 @@ class Replay:
         self.spread = observed_distribution(
             [t['tokens'] for t in report['traces'] if t['strategy'] == 'float32'], [],
             report['max_new_tokens'])
+
+    def predict_text(self) -> None:
+        """Set ``text``: item -> (prediction, seconds, distribution) of the text length head.
+
+        What the node's ``text_length_predictor`` says of each item (and what it took
+        here); the distribution is None past its labels' cap, as the node plans it.
+        """
+        from timebill_ros.core.config import NodeConfig
+        from timebill_ros.core.request import Mode, OverrunPolicy, Request
+        from timebill_ros.runtime.predictor import text_predictor
+        head = text_predictor('text')
+        for item_id, item in self.items.items():
+            request = Request(item.instruction, item.context, 10.0, OverrunPolicy.KILL,
+                              Mode.AUTO, self.report['max_new_tokens'],
+                              NodeConfig().pessimistic_factor)
+            start = time.perf_counter()
+            predicted = max(1, int(head.predict(request, 0)))
+            took = time.perf_counter() - start
+            dist = replace(head.distribution, source=head.name) \
+                if predicted <= head.head.n_max else None
+            self.text[item_id] = (predicted, took, dist)
 
     def _model_of(self, strategy: str):
         """Return the profile a strategy prefills with (torch options: float32's)."""
@@ -318,8 +340,15 @@ class Replay:
         scale = machine.factor('float32')[0]
         admission = loose['queue_s'] * scale
         length.item, length.skip = item, admission > policy['predictor_share'] * budget
+        predicted, spread = None, None
         if length.skip:
             admission = self.traces[(item, 'float32')]['queue_s'] * scale
+            predicted, spread = round(self.spread.quantile(0.5, 0.0)), self.spread
+            text = self.text.get(item) if policy.get('text_head', True) else None
+            if text is not None and text[1] * scale <= policy['predictor_share'] * budget:
+                # The node's text head stands in (serving.admission._by_text).
+                admission += text[1] * scale
+                predicted, spread = text[0], text[2]
         source = self.items[item]
         request = Request(source.instruction, source.context, budget, OverrunPolicy.KILL,
                           Mode.AUTO, self.report['max_new_tokens'],
@@ -327,11 +356,10 @@ class Replay:
         n = loose['prompt_tokens']
         held = {option: cached_now(option, n, self.order) for option in planner.context.engines}
         try:
-            plan = planner.plan(request, n, budget - admission,
-                                round(self.spread.quantile(0.5, 0.0)) if length.skip else None,
+            plan = planner.plan(request, n, budget - admission, predicted,
                                 timing=with_cached_prefix(planner.timing(),
                                                           cached_now('', n, self.order)),
-                                spread=self.spread if length.skip else None,
+                                spread=spread,
                                 engine_prefix={o: k for o, k in held.items() if k})
         except Rejection as exc:
             # The node's idle_best_effort: goals arrive one at a time here, so the node
@@ -373,7 +401,10 @@ def evaluate(report: dict, policy: dict | None = None) -> dict:
     policy = {'fit_tolerance': config.fit_tolerance, **(policy or {})}
     share = policy.pop('predictor_share', config.predictor_share)
     best_effort = policy.pop('idle_best_effort', config.idle_best_effort)
+    text_head = policy.pop('text_head', config.text_length_predictor != 'none')
     replay = Replay(report)
+    if text_head:
+        replay.predict_text()
     predicted = {t['item']: t['predicted'] for t in report['traces'] if t['strategy'] == 'AUTO'}
     length = RecordedLength('rlp (recorded)', LinearHead.load(SHIPPED_HEAD).distribution,
                             predicted, replay.typical)
@@ -390,14 +421,16 @@ def evaluate(report: dict, policy: dict | None = None) -> dict:
                     if strategy == 'AUTO':
                         results.append(replay.auto(
                             planner, length, item, budget, machine,
-                            {'predictor_share': share, 'idle_best_effort': best_effort}))
+                            {'predictor_share': share, 'idle_best_effort': best_effort,
+                             'text_head': text_head}))
                     else:
                         results.append(replay.fixed(strategy, item, budget, machine))
                 rows[strategy] = _row(results)
             tiers[tier] = rows
         out[machine.name] = {'source': machine.source, 'tiers': tiers}
     return {'machines': out, 'gap_points': _gap(report, out['amd-epyc-2c']['tiers']),
-            'policy': {**policy, 'predictor_share': share, 'idle_best_effort': best_effort}}
+            'policy': {**policy, 'predictor_share': share, 'idle_best_effort': best_effort,
+                       'text_head': text_head}}
 
 
 def _row(results: list) -> dict:
@@ -461,9 +494,15 @@ def main(argv=None) -> int:
     parser.add_argument('--no-idle-best-effort', action='store_true',
                         help='replay AUTO with idle_best_effort false (refuse what does '
                              'not fit even on an idle node)')
+    parser.add_argument('--no-text-head', action='store_true',
+                        help='replay a skipped length predictor as planned on the spread of '
+                             'recent answers, as nodes before the text head did (runs '
+                             'before 4dbf693)')
     args = parser.parse_args(argv)
     out = common.claim_out(args.out, 'evaluate_planning')
     policy = {'idle_best_effort': False} if args.no_idle_best_effort else {}
+    if args.no_text_head:
+        policy['text_head'] = False
     command = 'python -m timebill_ros.cli.evaluate_planning ' + ' '.join(argv or sys.argv[1:])
     for run in args.runs:
         folder = Path(run)

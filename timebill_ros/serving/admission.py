@@ -81,8 +81,7 @@ class Admission:
                     self._reduce_context_or_raise(job, pipeline, known, pending, exc)
                 except Rejection:
                     job.plan = self._best_effort_or_raise(job, exc)
-            if how:
-                job.plan = noted(job.plan, how)
+            job.length_note = how
             job.plan = with_job_notes(job.plan, job, pipeline)
             if reserve:
                 dispatch.held[key] = job
@@ -604,10 +603,13 @@ def prefix_note(job: Job) -> str:
 def with_job_notes(plan: Plan, job: Job, pipeline) -> Plan:
     """Return ``plan`` with what admission did to the goal's prompt in its note.
 
-    Every plan of the goal (admission's and each re-plan) says it: the context reduced,
+    Every plan of the goal (admission's and each re-plan) says it: where its answer
+    length came from when not the predictor (admission's note), the context reduced,
     and the prompt tokens it need not prefill (the held prompt of the engine option it
     runs on, or the torch prefix cache).
     """
+    if job.length_note and job.length_note not in plan.note:
+        plan = noted(plan, job.length_note)
     if job.context_note:
         plan = noted(plan, job.context_note)
     engines = getattr(getattr(pipeline.planner, 'context', None), 'engines', {})

@@ -62,6 +62,8 @@ class Job:
     engine_prefix: dict = field(default_factory=dict)
     # What admission did to the goal's context (context reduction): in every plan's note.
     context_note: str = ''
+    # Where admission took the answer length from, when not the predictor (every plan).
+    length_note: str = ''
     # llguidance's compiled schema or grammar ('' = free text).
     grammar: str = ''
     # Replicas: the answer length admission planned on (remote_admission.LengthBasis),
