@@ -17,7 +17,7 @@ import threading
 import numpy as np
 
 from timebill_ros.core.length import cap_prediction
-from timebill_ros.core.request import Request
+from timebill_ros.core.request import Mode, OverrunPolicy, Request
 from timebill_ros.runtime.length_encoder import (
     EncoderLengthModel, is_encoder_file, load_minilm)
 from timebill_ros.runtime.length_heads import LinearHead
@@ -206,4 +206,9 @@ def text_predictor(choice: str, target: str = ''):
     if target and head.target != target:  # lengths are distilled from one model
         raise ValueError(f'text_length_predictor {choice!r} was trained on {head.target!r} '
                          f'answers, not {target!r}')
-    return HeadPredictor(head, MiniLMFeatures(), f'rlp-text-b{head.bucket_size}')
+    predictor = HeadPredictor(head, MiniLMFeatures(), f'rlp-text-b{head.bucket_size}')
+    # Once now: a goal's first call would pay the cold start (~0.1 s) out of its budget,
+    # and admission, which times each call, would keep it from short budgets after.
+    predictor.predict(Request('Stop or go?', '', 1.0, OverrunPolicy.KILL, Mode.AUTO, 16, 1.0),
+                      0)
+    return predictor
