@@ -42,14 +42,24 @@ def test_a_goal_is_planned_on_its_own_prediction_once(predictor):
     assert recent._length_basis(short).predictor == 'recent answers'
 
 
+def test_a_prediction_past_the_labels_cap_has_no_distribution(predictor):
+    from timebill_ros.evaluation import robot_workload
+    json_item = next(i for i in robot_workload.load('train') if i.kind == 'json')
+    within, dist = predictor.calibrated(_job(json_item.instruction, cap=100).request, 40)
+    assert 1 <= within <= 100 and dist.source == predictor.name
+    # JSON commands run to the labels' cap (128): with a cap of 1000, to 1000.
+    past, dist = predictor.calibrated(_job(json_item.instruction, cap=1000).request, 40)
+    assert past == 1000 and dist is None
+
+
 class AtTheCap:
-    """A predictor saying 'runs to the cap', as cap_prediction turns a top-bucket one."""
+    """A predictor saying 'runs to the cap' (its labels' cap: 128), as HeadPredictor does."""
 
     name, distribution = 'at-the-cap', object()
-    head = type('Head', (), {'n_max': 128})
 
-    def predict(self, request, prompt_tokens):
-        return request.max_new_tokens
+    def calibrated(self, request, prompt_tokens):
+        cap = request.max_new_tokens
+        return cap, (self.distribution if cap <= 128 else None)
 
 
 def test_a_prediction_past_the_labels_cap_plans_for_the_goals_cap():

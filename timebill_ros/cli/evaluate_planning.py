@@ -248,11 +248,8 @@ class Replay:
                               Mode.AUTO, self.report['max_new_tokens'],
                               NodeConfig().pessimistic_factor)
             start = time.perf_counter()
-            predicted = max(1, int(head.predict(request, 0)))
-            took = time.perf_counter() - start
-            dist = replace(head.distribution, source=head.name) \
-                if predicted <= head.head.n_max else None
-            self.text[item_id] = (predicted, took, dist)
+            predicted, dist = head.calibrated(request, 0)
+            self.text[item_id] = (predicted, time.perf_counter() - start, dist)
 
     def _model_of(self, strategy: str):
         """Return the profile a strategy prefills with (torch options: float32's)."""

@@ -447,7 +447,7 @@ class TimeBillPlanner:
             return 1.0  # the planned length fits, or the answer stops at max_new_tokens
         if goal.dist is not None:
             return goal.dist.prob_at_most(fits / effect.length_factor, goal.predicted)
-        return 1.0 if fits >= worst else 0.0
+        return 0.0
 
     def _hybrid(self, goal: Goal, low: Option) -> Option | None:
         """Judge full precision with a switch to ``low``'s precision when time runs short.

@@ -10,6 +10,7 @@ fine-tuned MiniLM backbone with a bucket head (runtime/length_encoder.py).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 import re
 import threading
@@ -139,6 +140,17 @@ class HeadPredictor:
     def predict(self, request: Request, prompt_tokens: int) -> int:
         """Return the answer length to plan for (core.length.cap_prediction)."""
         return self._length(self.featurizer(request), request)
+
+    def calibrated(self, request: Request, prompt_tokens: int) -> tuple:
+        """Return (predicted length >= 1, its distribution named by the head, or None).
+
+        None past the labels' cap: a goal allowing more tokens than the labels had is
+        predicted to run to its own cap, which the distribution cannot speak for.
+        """
+        predicted = max(1, self.predict(request, prompt_tokens))
+        if self.distribution is None or predicted > self.head.n_max:
+            return predicted, None
+        return predicted, replace(self.distribution, source=self.name)
 
     @property
     def prefill_layer(self) -> int:

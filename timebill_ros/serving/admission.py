@@ -193,15 +193,12 @@ class Admission:
         if text is None or self.text_s > self.config.predictor_share * left_s:
             return None
         start = time.monotonic()
-        predicted = max(1, int(text.predict(request, n_prompt)))
+        predicted, dist = text.calibrated(request, n_prompt)
         took = time.monotonic() - start
         self.text_s = took if not self.text_s else 0.8 * self.text_s + 0.2 * took
         why = (f'length predictor skipped (~{self.predict_s:.3f} s, over '
                f'{self.config.predictor_share:.0%} of the {left_s:.3f} s left): '
                f'{text.name} predicted {predicted} tokens in {took * 1e3:.0f} ms')
-        # Past its labels' cap (a goal allowing more): the planner plans for the cap.
-        dist = replace(text.distribution, source=text.name) \
-            if predicted <= text.head.n_max else None
         return predicted, why, dist
 
     def _skipped(self, pipeline, left_s: float) -> tuple:

@@ -114,10 +114,10 @@ class RemoteServer:
             return LengthBasis(form, typical, predictor='earlier answers of its schema')
         predictor = self.predictor
         if predictor is not None:
-            predicted = max(1, predictor.predict(job.request, len(job.prompt_ids)))
-            if predicted > predictor.head.n_max:  # runs to a cap its labels never had
-                return LengthBasis(None, float(predicted), predicted, predictor.name)
-            return LengthBasis(predictor.distribution, typical, predicted, predictor.name)
+            predicted, dist = predictor.calibrated(job.request, len(job.prompt_ids))
+            # Without a distribution (past its labels' cap): planned at the prediction.
+            return LengthBasis(dist, typical if dist is not None else float(predicted),
+                               predicted, predictor.name)
         return LengthBasis(self.learning.recent_lengths(None), typical)
 
     def admit(self, spec, key: str, reserve: bool = True) -> Job:
