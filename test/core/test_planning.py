@@ -532,3 +532,28 @@ def test_a_schema_goal_that_may_not_fit_runs_to_its_deadline_to_be_closed_there(
     with pytest.raises(Rejection):
         make_planner(lambda: MODEL, MaxTokensPredictor(), deadline_closure=False).plan(
             schema, 2000, 2.5)
+
+
+def test_a_fidelity_a_point_or_two_lower_runs_when_its_answer_fits_more_surely():
+    # Predicted 2 (true 2..6): the torch path fits 40 tokens in 2 s, the engine the cap.
+    effects = CutEffects(precision={ENGINE: CutEffect(1.0, 0.98)})
+
+    def planner(**kwargs):
+        return make_planner(lambda: SHORT, Calibrated(2), engines={ENGINE: lambda: LLAMA},
+                            effects=effects, **kwargs)
+    request = req(Mode.AUTO, max_new=128)
+    # Hedged on the lengths seen with no prediction (a third of them over 40 tokens),
+    # the torch path is less sure than the engine, whose fidelity counts as equal.
+    plan = planner().plan(request, 45, 2.0)
+    assert plan.precision == ENGINE and plan.fit_probability == 1.0
+    assert 'within 0.03: the surest' in plan.note
+    # Trusting the prediction, both fit surely and the more faithful runs ...
+    assert planner(length_hedge=0.0).plan(request, 45, 2.0).precision == ''
+    # ... as it does when fidelities never count as equal,
+    assert planner(fidelity_tolerance=0.0).plan(request, 45, 2.0).precision == ''
+    # or when the engine's fidelity is further below.
+    effects = CutEffects(precision={ENGINE: CutEffect(1.0, 0.9)})
+    assert planner().plan(request, 45, 2.0).precision == ''
+    # The hedge changes the choice, not admission: the torch plan reports its own P(fit).
+    torch = planner(fidelity_tolerance=0.0).plan(request, 45, 2.0)
+    assert torch.fit_probability == 1.0 and torch.fits_tokens == 40

@@ -181,6 +181,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--items', type=int, default=20, help='held-out items, spread over kinds')
     parser.add_argument('--split', default='test')
+    parser.add_argument('--offset', type=int, default=0,
+                        help='first item of the stride: 1 or 2 picks items no earlier run '
+                             '(offset 0) used')
     parser.add_argument('--loose', type=float, default=120.0)
     parser.add_argument('--max-new-tokens', type=int, default=128)
     parser.add_argument('--order', choices=('tier', 'item'), default='tier',
@@ -195,7 +198,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     started, log = time.monotonic(), stamped_log()
     items = robot_workload.load(args.split)
-    items = items[::max(1, len(items) // args.items)][:args.items]
+    items = items[args.offset::max(1, len(items) // args.items)][:args.items]
     import rclpy
     rclpy.init()
     records, traces, nodes = [], [], None

@@ -35,7 +35,8 @@ LIVE = frozenset({
     'miss_rate_error', 'hardware_id', 'alpha_max', 'infeasible', 'plan_quantile',
     'admit_probability', 'yield_when_late', 'fit_tolerance', 'predictor_share',
     'min_cut_saving', 'auto_early_exit', 'deadline_closure', 'tpot_jitter', 'idle_best_effort',
-    'min_switch_speedup', 'time_margin', 'context_reduction', 'count_time_errors'})
+    'min_switch_speedup', 'time_margin', 'context_reduction', 'count_time_errors',
+    'length_hedge', 'fidelity_tolerance'})
 
 _TABLE = (
     Param('model', 'embedded', "Model source: 'embedded' (SmolLM2-135M-Instruct from the "
@@ -135,6 +136,17 @@ _TABLE = (
           'estimated speed then yields to one that still fits when steps run slow. '
           'False: an option whose worst case fits the time left (less time_margin) counts '
           'as sure.'),
+    Param('fidelity_tolerance', 0.03, "MODE_AUTO's choice among the options that fit "
+          'surely enough (fit_tolerance): fidelities within this of the most faithful '
+          'count as equal, and among those the surest fit runs (the '
+          'llama.cpp F16 copy, fidelity 0.98 to float32, over float32 on torch when it fits '
+          'more surely). 0: the most faithful always wins.', 0.0, 1.0),
+    Param('length_hedge', 0.2, "MODE_AUTO's P(answer fits) reads this share from the "
+          "answer lengths seen with no prediction (the length predictor's calibration over "
+          'all its predictions) and the rest from the predicted length: an answer the '
+          'predictor misjudges then does not make a slow option that fits only the '
+          'predicted length look sure beside a faster one. 0: trust the prediction.',
+          0.0, 1.0),
     Param('text_length_predictor', 'text', "A length head on the user turn's text (an "
           'all-MiniLM-L6-v2 embedding; no target model): in front of vLLM replicas it is '
           "the length predictor; on the local model it stands in when length_predictor "

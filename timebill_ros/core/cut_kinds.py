@@ -90,6 +90,10 @@ class Goal:
     pessimistic: float
     # Prompt tokens another engine holds from its last prompt (option -> tokens): free.
     engine_prefix: dict = field(default_factory=dict, hash=False, compare=False)
+    # P(fit)'s weight on ``unpredicted`` (the lengths seen with no prediction), so a
+    # confident prediction that is wrong for this goal does not make a slow option sure.
+    hedge: float = 0.0
+    unpredicted: object = None
 
     def worst(self, tokens: int) -> int:
         """Return the worst-case answer length planned for ``tokens`` predicted ones."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+import functools
 import math
 from typing import Sequence
 
@@ -231,6 +232,12 @@ class LengthDistribution:
                    tuple(float(x) for x in data['dist_levels']),
                    tuple(tuple(float(x) for x in row) for row in data['dist_quantiles']),
                    tuple(int(x) for x in data['dist_samples']))
+
+
+@functools.lru_cache(maxsize=16)
+def unpredicted(dist: LengthDistribution) -> LengthDistribution:
+    """Return ``dist``'s lengths over every band, made once per distribution."""
+    return dist if len(dist.edges) == 1 else dist.marginal()
 
 
 def observed_distribution(finished: Sequence[float], cut_short: Sequence[float],

@@ -30,6 +30,8 @@ class PlannerSettings:
     min_switch_speedup: float
     deadline_closure: bool
     count_time_errors: bool
+    length_hedge: float
+    fidelity_tolerance: float
 
     def __post_init__(self):
         """Raise ValueError on settings the planner cannot work with."""
@@ -41,7 +43,8 @@ class PlannerSettings:
             raise ValueError(f'alpha_max must be in [0, 1) (got {self.alpha_max})')
         if self.infeasible not in INFEASIBLE_POLICIES:
             raise ValueError(f'infeasible must be one of {INFEASIBLE_POLICIES}')
-        for name in ('plan_quantile', 'admit_probability', 'fit_tolerance', 'min_cut_saving'):
+        for name in ('plan_quantile', 'admit_probability', 'fit_tolerance', 'min_cut_saving',
+                     'length_hedge', 'fidelity_tolerance'):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f'{name} must be in [0, 1] (got {value})')

@@ -11,6 +11,7 @@ from timebill_ros.core.cut_kinds import (  # noqa: F401 (EarlyExitConfig, MixCon
     FallbackSwitch, Goal, MIXED, MixConfig, MixedPrecision, OtherEngine, Precision)
 from timebill_ros.core.cuts import CutEffects
 from timebill_ros.core.early_exit import p99_tpot_estimate, schedulable
+from timebill_ros.core.length import unpredicted
 from timebill_ros.core.eviction import press_skip_reason
 from timebill_ros.core.planner_settings import (  # noqa: F401 (re-exported)
     INFEASIBLE_POLICIES, PlannerSettings)
@@ -190,6 +191,12 @@ class Option:
     probability: float
     quality: float
     wcet: float
+    hedged: float | None = None  # P(fit) with the length hedge (None: ``probability``)
+
+    @property
+    def surety(self) -> float:
+        """Return the P(fit) options are compared on (hedged where there is a hedge)."""
+        return self.probability if self.hedged is None else self.hedged
 
     def value(self, enough: float) -> float:
         """Return the expected quality: P(fit), counted up to ``enough``, times quality."""
@@ -226,21 +233,25 @@ def closes_in_time(request: Request, settings: PlannerSettings, fits: int) -> bo
 def choose(options: list, settings: PlannerSettings) -> Option:
     """Return the most faithful option among those about as likely to fit as the surest.
 
-    P(fit) counts only up to ``plan_quantile``; the options within ``fit_tolerance`` of
-    the surest one compete on fidelity (the least lossy, listed first, wins ties). So a
-    lossy cut or a faster engine is taken only when it fits more surely, and among cuts
-    that all fit well enough the most faithful one runs. When no option reaches
-    ``admit_probability`` the one fitting the largest share of its planned length is
-    returned (the caller rejects or runs it best-effort).
+    P(fit) (hedged: ``length_hedge``) counts only up to ``plan_quantile``; the options
+    within ``fit_tolerance`` of the surest one compete on fidelity. So a lossy cut or a faster engine is taken only
+    when it fits more surely, and among cuts that all fit well enough the most faithful
+    one runs. Fidelities within ``fidelity_tolerance`` of the best count as equal: among
+    those the surest fit (uncapped) runs, then the most faithful (the least lossy,
+    listed first, wins ties), so a measured fidelity gap of a point or two does not buy a
+    slower engine's risk. When no option reaches ``admit_probability`` the one fitting
+    the largest share of its planned length is returned (the caller rejects or runs it
+    best-effort).
     """
     enough, admit = settings.plan_quantile, settings.admit_probability
     likely = [o for o in options if o.probability >= admit]
     if not likely:
         return max(options, key=lambda o: (o.fits / max(1, o.worst), -o.wcet))
-    surest = max(min(o.probability, enough) for o in likely)
-    sure = [o for o in likely if min(o.probability, enough) >= surest - settings.fit_tolerance]
+    surest = max(min(o.surety, enough) for o in likely)
+    sure = [o for o in likely if min(o.surety, enough) >= surest - settings.fit_tolerance]
     best = max(o.quality for o in sure)
-    return next(o for o in sure if o.quality >= best - 1e-9)
+    faithful = [o for o in sure if o.quality >= best - settings.fidelity_tolerance - 1e-9]
+    return max(faithful, key=lambda o: (round(o.surety, 6), o.quality))
 
 
 def explain(ctx: CutContext, settings: PlannerSettings, note: str, chosen: Option,
@@ -256,7 +267,8 @@ def explain(ctx: CutContext, settings: PlannerSettings, note: str, chosen: Optio
         why = (f'{words(chosen)} (P(fit) {chosen.probability:.2f}, fidelity '
                f'{chosen.quality:.2f}) over {words(full)} (P(fit) {full.probability:.2f}, '
                f'fidelity {full.quality:.2f}): the most faithful within '
-               f'{settings.fit_tolerance:g} of the surest fit')
+               f'{settings.fit_tolerance:g} of the surest fit (fidelity within '
+               f'{settings.fidelity_tolerance:g}: the surest)')
     else:
         return note
     return '; '.join(filter(None, [note, why]))
@@ -423,31 +435,48 @@ class TimeBillPlanner:
         effect = cut.effect(self.context)
         worst = goal.worst(max(1, math.ceil(goal.planned * effect.length_factor)))
         wcet = cut.time_s(self.context, goal.model, goal.n_x, worst)
-        fits = worst if wcet <= goal.target else tokens_that_fit(self.context, goal, cut)
+        # With a hedge every token of slack counts (the answer may run past the plan).
+        fits = worst if wcet <= goal.target and goal.hedge <= 0.0 \
+            else tokens_that_fit(self.context, goal, cut)
         errors = self.context.errors_of(cut.precision) \
             if self.settings.count_time_errors else ()
         if not errors:
-            probability = self._fit_probability(goal, effect, worst, fits)
+            pairs = [self._fit_probability(goal, effect, worst, fits)]
         else:  # the answer fits when it does at the speed the option runs at
-            probability = sum(self._fit_probability(
-                goal, effect, worst, self._fits_at(goal, cut, wcet, worst, ratio))
-                for ratio in errors) / len(errors)
-        return Option(cut, worst, fits, probability, effect.quality, wcet)
+            pairs = [self._fit_probability(goal, effect, worst,
+                                           self._fits_at(goal, cut, wcet, worst, ratio))
+                     for ratio in errors]
+        probability, hedged = (sum(column) / len(pairs) for column in zip(*pairs))
+        return Option(cut, worst, fits, probability, effect.quality, wcet, hedged)
 
     def _fits_at(self, goal: Goal, cut: Cut, wcet: float, worst: int, ratio: float) -> int:
         """Return the tokens that fit when the option runs ``ratio`` times its estimate."""
-        if wcet * ratio <= goal.target:
+        if wcet * ratio <= goal.target and goal.hedge <= 0.0:
             return worst
         return tokens_that_fit(self.context, replace(goal, target=goal.target / ratio), cut)
 
     @staticmethod
-    def _fit_probability(goal: Goal, effect, worst: int, fits: int) -> float:
-        """Return P(the answer ends within ``fits`` tokens)."""
-        if fits >= worst or fits >= goal.cap:
-            return 1.0  # the planned length fits, or the answer stops at max_new_tokens
-        if goal.dist is not None:
-            return goal.dist.prob_at_most(fits / effect.length_factor, goal.predicted)
-        return 0.0
+    def _fit_probability(goal: Goal, effect, worst: int, fits: int) -> tuple:
+        """Return P(the answer ends within ``fits`` tokens), plain and hedged.
+
+        Admission reads the plain one. The hedged one, which the choice among options
+        compares, reads ``goal.hedge`` of it from the lengths seen with no prediction: a
+        goal the predictor misjudges (a status report predicted at 32 tokens that runs to
+        128) then does not make a slow option that fits only its plan look sure.
+        """
+        if fits >= goal.cap:
+            return 1.0, 1.0  # the answer stops at max_new_tokens
+        tokens = fits / effect.length_factor
+        if fits >= worst:
+            plain = 1.0  # the planned length fits
+        elif goal.dist is not None:
+            plain = goal.dist.prob_at_most(tokens, goal.predicted)
+        else:
+            return 0.0, 0.0
+        if goal.hedge <= 0.0 or goal.unpredicted is None:
+            return plain, plain
+        return plain, (1.0 - goal.hedge) * plain + \
+            goal.hedge * goal.unpredicted.prob_at_most(tokens, goal.predicted)
 
     def _hybrid(self, goal: Goal, low: Option) -> Option | None:
         """Judge full precision with a switch to ``low``'s precision when time runs short.
@@ -473,7 +502,7 @@ class TimeBillPlanner:
             before = 1.0 if switch >= goal.predicted else 0.0
         quality = before + (1.0 - before) * low.quality
         return Option(cut, worst, low.fits, low.probability, quality,
-                      cut.time_s(self.context, goal.model, goal.n_x, worst))
+                      cut.time_s(self.context, goal.model, goal.n_x, worst), low.hedged)
 
     def _switch_pays(self, model: TimingModel, precision: str, n_x: int, worst: int) -> bool:
         """Tell whether ``precision`` steps are ``min_switch_speedup`` times faster.
@@ -578,7 +607,8 @@ class TimeBillPlanner:
             if dist is not None else predicted
         goal = Goal(model, prompt_tokens, max(1, planned), request.max_new_tokens,
                     time_left_s * (1.0 - settings.time_margin), predicted, dist,
-                    request.pessimistic_factor, dict(engine_prefix or {}))
+                    request.pessimistic_factor, dict(engine_prefix or {}),
+                    settings.length_hedge, unpredicted(dist) if dist is not None else None)
         cuts, note = self._candidates(request, goal)
         options = self._options(goal, cuts, solve=request.eviction_ratio == 0.0,
                                 switch=not request.precision)
