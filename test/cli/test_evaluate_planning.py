@@ -174,3 +174,18 @@ def test_a_skipped_predictor_is_replayed_with_the_text_head_the_node_now_has():
         assert dist is None or dist.source.startswith('rlp-text')
     assert ev.evaluate(report())['policy']['text_head'] is True
     assert ev.evaluate(report(), {'text_head': False})['policy']['text_head'] is False
+
+
+def test_repeatability_is_the_spread_of_the_fixed_choices_between_runs_of_the_same_items():
+    first, second = report(), report()
+    assert ev.repeatability([first]) is None  # one run: nothing to compare
+    first['table']['1x']['float32']['met'] = 2
+    second['commit'] = 'def'
+    spread = ev.repeatability([first, second])
+    assert spread['max_points'] == 100.0 and spread['runs'] == ['abc', 'def']
+    assert spread['cells']['1x float32'] == 100.0 and spread['cells']['0.3x float32'] == 0.0
+    assert '1x AUTO' not in spread['cells']  # AUTO is what changes between runs
+    # Runs over other items do not count as repeats.
+    other = report()
+    other['traces'] = [{**t, 'item': 'other'} for t in other['traces']]
+    assert ev.repeatability([first, other]) is None

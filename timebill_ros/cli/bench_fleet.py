@@ -176,7 +176,7 @@ class Pool:
         self.urls = [f'http://127.0.0.1:{BASE_PORT + i}' for i in range(count)]
         self.procs = [start_replica(args.vllm_python, model_dir, BASE_PORT + i,
                                     out / f'vllm_{count}_{i}.log', args.dtype, binds[i],
-                                    tuple(args.replica_args.split()))
+                                    tuple(args.replica_args.split()), args.replica_nice)
                       for i in range(count)]
         with httpx.Client() as client:
             for url, proc in zip(self.urls, self.procs):
@@ -297,7 +297,8 @@ def markdown(report: dict) -> str:
     lines = ['# The robot workload on vLLM replicas: through the node vs a plain client', '',
              f"Command: `{report['command']}`  ", f"Commit: {report['commit']}  ",
              f"Date: {report['date']}  ", f"Machine: {report['machine']}  ",
-             f"vLLM {report['vllm']}, {report['dtype']}, `{report['replica_args']}`; "
+             f"vLLM {report['vllm']}, {report['dtype']}, `{report['replica_args']}`, "
+             f"replicas at nice {report.get('replica_nice', 0)}; "
              f"{report['goals']} held-out robot "
              f"commands per cell, budgets {report['budgets']} s, max_tokens "
              f"{report['max_tokens']}; capacity (goals/s): {report['capacity']}.", '',
@@ -333,6 +334,9 @@ def main(argv=None) -> int:
                         help='more vllm serve flags (default: no prefix cache, so the second '
                         'system of a cell does not find the first one\'s prompts cached; '
                         'prefill in 512-token chunks, so decode steps interleave)')
+    parser.add_argument('--replica-nice', type=int, default=10,
+                        help="replicas' CPU priority below the node's (they share its cores "
+                        'here; 0: equal, as runs before 2026-12-04)')
     parser.add_argument('--no-local', action='store_true', help='skip the local engine')
     args = parser.parse_args(argv)
     out = common.claim_out(args.out, 'fleet')
@@ -349,7 +353,7 @@ def main(argv=None) -> int:
               'date': datetime.now(timezone.utc).isoformat(timespec='seconds'),
               'goals': args.goals, 'budgets': list(args.budgets), 'dtype': args.dtype,
               'max_tokens': args.max_tokens, 'capacity': {}, 'cells': [],
-              'replica_args': args.replica_args,
+              'replica_args': args.replica_args, 'replica_nice': args.replica_nice,
               'vllm': subprocess.run([args.vllm_python, '-c',
                                       'import vllm; print(vllm.__version__)'],
                                      capture_output=True, text=True).stdout.strip()}

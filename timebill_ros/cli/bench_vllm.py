@@ -30,14 +30,18 @@ from timebill_ros.cli import common
 
 
 def start_replica(python: str, model_dir: Path, port: int, log: Path, dtype: str = 'float32',
-                  cpus: str = '', extra: tuple = ()) -> subprocess.Popen:
+                  cpus: str = '', extra: tuple = (), nice: int = 0) -> subprocess.Popen:
     """Start ``vllm`` serving ``model_dir`` on ``port`` (CPU, priority scheduling).
 
     float32 by default: on CPUs without native bf16 (AVX2 only, as here) vLLM's bf16
     prefill is several times slower. ``cpus``: the cores its threads are bound to
-    (vLLM's VLLM_CPU_OMP_THREADS_BIND; '' = vLLM's choice); ``extra``: more server flags.
+    (vLLM's VLLM_CPU_OMP_THREADS_BIND; '' = vLLM's choice); ``extra``: more server flags;
+    ``nice``: its CPU priority below the caller's (a replica sharing cores with the
+    deadline node must not delay the node's Kill timers).
     """
-    args = [python, '-m', 'vllm.entrypoints.openai.api_server', '--model', str(model_dir),
+    prefix = ['nice', '-n', str(nice)] if nice else []
+    args = prefix + [
+            python, '-m', 'vllm.entrypoints.openai.api_server', '--model', str(model_dir),
             '--served-model-name', 'smollm2', '--dtype', dtype, '--enforce-eager',
             '--max-model-len', '4096', '--max-num-seqs', '8', '--scheduling-policy',
             'priority', '--port', str(port), *extra]

@@ -456,6 +456,35 @@ def _gap(report: dict, predicted: dict) -> dict:
     return gaps
 
 
+def repeatability(reports: list) -> dict | None:
+    """Return how far the node's own runs of the same items disagree (None: no two such).
+
+    The fixed choices run the same way in every run, so the spread of their met rate at
+    a tier between runs is the node's repeatability: an evaluator cannot be held closer
+    to one run than the runs are to each other. Returns the largest and mean spread in
+    points over tier x fixed-choice cells, and the cells.
+    """
+    by_items: dict = {}
+    for report in reports:
+        items = tuple(sorted({t['item'] for t in report['traces']}))
+        by_items.setdefault(items, []).append(report)
+    runs = max(by_items.values(), key=len)
+    if len(runs) < 2:
+        return None
+    spreads = {}
+    for tier in runs[0]['table']:
+        for strategy, row in runs[0]['table'][tier].items():
+            if strategy == 'AUTO' or any(strategy not in r['table'].get(tier, {})
+                                         for r in runs):
+                continue
+            rates = [100.0 * r['table'][tier][strategy]['met'] / r['table'][tier][strategy]
+                     ['goals'] for r in runs]
+            spreads[f'{tier} {strategy}'] = max(rates) - min(rates)
+    values = list(spreads.values())
+    return {'runs': [r['commit'] for r in runs], 'max_points': max(values),
+            'mean_points': statistics.fmean(values), 'cells': spreads}
+
+
 def markdown(report: dict, evaluation: dict) -> str:
     """Return the evaluation's tables: per machine, met and F1 per tier and strategy."""
     strategies = report['strategies']
@@ -501,9 +530,17 @@ def main(argv=None) -> int:
     if args.no_text_head:
         policy['text_head'] = False
     command = 'python -m timebill_ros.cli.evaluate_planning ' + ' '.join(argv or sys.argv[1:])
-    for run in args.runs:
+    reports = [json.loads((Path(run) / 'bench.json').read_text()) for run in args.runs]
+    spread = repeatability(reports)
+    if spread is not None:
+        text = (f"The node's own repeatability over runs {', '.join(spread['runs'])} (same "
+                f"items): fixed choices' met rate differs by up to {spread['max_points']:.0f} "
+                f"points between runs (mean {spread['mean_points']:.1f}) per tier cell.")
+        (out / 'REPEATABILITY.md').write_text(text + '\n', encoding='utf-8')
+        (out / 'repeatability.json').write_text(json.dumps(spread, indent=1) + '\n')
+        print(text)
+    for run, report in zip(args.runs, reports):
         folder = Path(run)
-        report = json.loads((folder / 'bench.json').read_text())
         evaluation = evaluate(report, dict(policy))
         target = out / folder.name
         target.mkdir(parents=True, exist_ok=True)
