@@ -146,3 +146,21 @@ def test_kill_ends_at_the_deadline_while_a_feedback_call_blocks():
     assert answer.finished - start < 1.0 + 0.2
     # The result holds the tokens whose feedback was sent, the blocked one included.
     assert answer.tokens == 3 and answer.text == ''.join(sent)
+
+
+def test_first_tokens_slowed_by_the_goals_beside_are_not_read_as_the_idle_speed():
+    """A replica measured under load is predicted fast again once it is idle."""
+    timing = ReplicaTiming()
+    for prompt, running in ((100, 0), (300, 0), (100, 6), (300, 7), (200, 3), (200, 8)):
+        timing.observe(prompt, Load(running, 0, 0),
+                       answer(0.1 + 0.001 * prompt + 0.4 * running, [0.05] * 5))
+    assert abs(timing.ttft_s(200) - 0.3) < 1e-6  # idle: no share of the loaded waits
+    assert abs(timing.ttft_s(200, running=5) - 2.3) < 1e-6
+    # So an idle replica wins the goal over a busy one with the same hardware.
+    pool = ReplicaPool(['http://a:1', 'http://b:1'], clock=lambda: 0.0)
+    pool.replicas[0].timing, pool.replicas[1].timing = timing, ReplicaTiming()
+    pool.replicas[1].timing._ttft, pool.replicas[1].timing._itl = timing._ttft, timing._itl
+    pool.replicas[1].timing._refit()
+    for _ in range(4):
+        pool.started(pool.replicas[0])
+    assert pool.earliest(200, 10)[0] is pool.replicas[1]

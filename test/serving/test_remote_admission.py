@@ -16,7 +16,7 @@ CONFIG = SimpleNamespace(plan_quantile=0.9, admit_probability=0.001, yield_when_
 def pool_of(ttft_s=0.5, itl_s=0.1, urls=('http://a:1',)):
     pool = ReplicaPool(list(urls), clock=lambda: 0.0)
     for replica in pool.replicas:
-        replica.timing.ttft_coef[:] = (ttft_s, 0.0, 0.0)
+        replica.timing.ttft_coef[:] = (ttft_s, 0.0, 0.0, 0.0)
         replica.timing.itl_coef[:] = (itl_s, 0.0)
     return pool
 

@@ -144,7 +144,9 @@ def markdown(report: dict) -> str:
               f"{report['burst_error_pct']:.0f} %.", '',
               'Timing model after the run (seconds): TTFT = '
               f"{report['ttft_coef'][0]:.3f} + {report['ttft_coef'][1]:.5f} x prompt tokens + "
-              f"{report['ttft_coef'][2]:.3f} x running; ITL = {report['itl_coef'][0]:.4f} + "
+              f"{report['ttft_coef'][2]:.5f} x prompt tokens ahead"
+              + (f" + {report['ttft_coef'][3]:.3f} x running" if len(report['ttft_coef']) > 3
+                 else '') + f"; ITL = {report['itl_coef'][0]:.4f} + "
               f"{report['itl_coef'][1]:.4f} x running."]
     return '\n'.join(lines)
 

@@ -259,15 +259,19 @@ class ReplicaTiming:
     Replicas schedule by deadline (vLLM priority), so a goal's first token waits for the
     prefill of the goals ahead of it, not of those with later deadlines (a 2,000-token
     prompt ahead costs seconds on a CPU, a 30-token one little); every goal in flight
-    shares the decode steps, so the time between tokens follows all of them.
+    shares the decode steps, so the time between tokens follows all of them, and so does
+    the prefill's (its chunks share each step's token budget with their decode tokens).
+    Without that term a replica's first tokens measured under load were read as its
+    idle speed: two replicas here, one was left idle while the other took 39 of 40 goals.
     """
 
     def __init__(self):
         """Start from the prior (no samples)."""
-        self._ttft: list = []  # (prompt tokens, prompt tokens ahead to prefill, seconds)
+        # (prompt tokens, prompt tokens ahead to prefill, goals in flight beside, seconds)
+        self._ttft: list = []
         self._itl: list = []  # (goals running beside, seconds)
         self._lock = threading.Lock()
-        self.ttft_coef = np.array([PRIOR_TTFT_S, PRIOR_TTFT_PER_TOKEN_S, 0.0])
+        self.ttft_coef = np.array([PRIOR_TTFT_S, PRIOR_TTFT_PER_TOKEN_S, 0.0, 0.0])
         self.itl_coef = np.array([PRIOR_ITL_S, 0.0])
 
     def observe(self, prompt_tokens: int, load: Load, answer: RemoteAnswer) -> None:
@@ -275,8 +279,8 @@ class ReplicaTiming:
         if not answer.token_times:
             return
         with self._lock:
-            self._ttft = (self._ttft + [(prompt_tokens, load.ahead_tokens, answer.ttft_s)]
-                          )[-KEPT_SAMPLES:]
+            self._ttft = (self._ttft + [(prompt_tokens, load.ahead_tokens, load.running,
+                                         answer.ttft_s)])[-KEPT_SAMPLES:]
             gaps = answer.itl_s()
             if gaps:
                 self._itl = (self._itl + [(load.running, float(np.median(gaps)))]
@@ -287,16 +291,20 @@ class ReplicaTiming:
         # Non-negative least squares: a term the samples do not vary (e.g. nothing ran
         # beside) stays at 0 instead of taking an arbitrary share.
         if len(self._ttft) >= MIN_SAMPLES:
-            rows = np.array([[1.0, n, r] for n, r, _ in self._ttft])
+            rows = np.array([[1.0, n, r, k] for n, r, k, _ in self._ttft])
             self.ttft_coef, _ = nnls(rows, np.array([t for *_, t in self._ttft]))
         if len(self._itl) >= MIN_SAMPLES:
             rows = np.array([[1.0, r] for r, _ in self._itl])
             self.itl_coef, _ = nnls(rows, np.array([t for _, t in self._itl]))
 
-    def ttft_s(self, prompt_tokens: int, ahead_tokens: int = 0) -> float:
-        """Return the predicted time to the first token behind ``ahead_tokens`` to prefill."""
-        a, b, c = self.ttft_coef
-        return float(a + b * prompt_tokens + c * ahead_tokens)
+    def ttft_s(self, prompt_tokens: int, ahead_tokens: int = 0, running: int = 0) -> float:
+        """Return the predicted time to the first token.
+
+        ``ahead_tokens``: prompt tokens to prefill before it; ``running``: goals in flight
+        beside it.
+        """
+        a, b, c, d = self.ttft_coef
+        return float(a + b * prompt_tokens + c * ahead_tokens + d * running)
 
     def itl_s(self, running: int) -> float:
         """Return the predicted time between tokens with ``running`` goals beside."""
@@ -305,12 +313,12 @@ class ReplicaTiming:
 
     def finish_s(self, prompt_tokens: int, tokens: int, load: Load = Load()) -> float:
         """Return the predicted time of a whole answer of ``tokens`` tokens."""
-        return (self.ttft_s(prompt_tokens, load.ahead_tokens)
+        return (self.ttft_s(prompt_tokens, load.ahead_tokens, load.running)
                 + max(0, tokens - 1) * self.itl_s(load.running))
 
     def tokens_within(self, prompt_tokens: int, load: Load, seconds: float) -> int:
         """Return how many answer tokens are predicted to arrive within ``seconds``."""
-        after_first = seconds - self.ttft_s(prompt_tokens, load.ahead_tokens)
+        after_first = seconds - self.ttft_s(prompt_tokens, load.ahead_tokens, load.running)
         if after_first < 0.0:
             return 0
         return 1 + int(after_first / max(self.itl_s(load.running), 1e-6))
