@@ -11,8 +11,8 @@ from timebill_ros.core.cut_kinds import (  # noqa: F401 (EarlyExitConfig, MixCon
     FallbackSwitch, Goal, MIXED, MixConfig, MixedPrecision, OtherEngine, Precision)
 from timebill_ros.core.cuts import CutEffects
 from timebill_ros.core.early_exit import p99_tpot_estimate, schedulable
-from timebill_ros.core.length import unpredicted
 from timebill_ros.core.eviction import press_skip_reason
+from timebill_ros.core.length import unpredicted
 from timebill_ros.core.planner_settings import (  # noqa: F401 (re-exported)
     INFEASIBLE_POLICIES, PlannerSettings)
 from timebill_ros.core.request import Mode, Rejection, Request
