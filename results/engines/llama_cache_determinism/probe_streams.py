@@ -1,13 +1,10 @@
+"""probe.py again with a KV stream per sequence, the held prompt copied whole and cropped,
+and reuse cut to whole chunks (patched here, not in the node)."""
+from pathlib import Path
+
 import timebill_ros.runtime.llama_engine as le
-orig = le._llama
-def patched():
-    api = orig()
-    class Wrap:
-        def __getattr__(self, k): return getattr(api, k)
-        def llama_context_default_params(self):
-            p = api.llama_context_default_params(); return p
-    return api
-exec(open('/tmp/probe.py').read().split('for hold in')[0])
+# probe.py's set-up (its loop over hold_prefix is left out).
+exec((Path(__file__).parent / 'probe.py').read_text().split('for hold in')[0])
 import llama_cpp
 real_init = llama_cpp.llama_init_from_model
 def init(model, params):
