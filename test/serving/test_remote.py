@@ -49,7 +49,7 @@ def test_the_timing_model_fits_ttft_and_inter_token_latency_from_streams():
         ttft = 0.05 + 0.001 * prompt + 0.002 * ahead_tokens
         timing.observe(prompt, Load(running, 1, ahead_tokens),
                        answer(ttft, [0.04 + 0.01 * running] * 5))
-    assert abs(timing.ttft_s(300, 50) - (0.05 + 0.3 + 0.1)) < 1e-6
+    assert abs(timing.ttft_s(300, Load(0, 0, 50)) - (0.05 + 0.3 + 0.1)) < 1e-6
     assert abs(timing.itl_s(3) - 0.07) < 1e-6
     assert abs(timing.finish_s(300, 11, Load(1, 1, 50)) - (0.45 + 10 * 0.05)) < 1e-6
     assert timing.tokens_within(300, Load(1, 1, 50), 0.951) == 11
@@ -155,7 +155,7 @@ def test_first_tokens_slowed_by_the_goals_beside_are_not_read_as_the_idle_speed(
         timing.observe(prompt, Load(running, 0, 0),
                        answer(0.1 + 0.001 * prompt + 0.4 * running, [0.05] * 5))
     assert abs(timing.ttft_s(200) - 0.3) < 1e-6  # idle: no share of the loaded waits
-    assert abs(timing.ttft_s(200, running=5) - 2.3) < 1e-6
+    assert abs(timing.ttft_s(200, Load(5, 0, 0)) - 2.3) < 1e-6
     # So an idle replica wins the goal over a busy one with the same hardware.
     pool = ReplicaPool(['http://a:1', 'http://b:1'], clock=lambda: 0.0)
     pool.replicas[0].timing, pool.replicas[1].timing = timing, ReplicaTiming()

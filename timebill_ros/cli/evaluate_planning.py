@@ -473,7 +473,7 @@ def repeatability(reports: list) -> dict | None:
         return None
     spreads = {}
     for tier in runs[0]['table']:
-        for strategy, row in runs[0]['table'][tier].items():
+        for strategy in runs[0]['table'][tier]:
             if strategy == 'AUTO' or any(strategy not in r['table'].get(tier, {})
                                          for r in runs):
                 continue

@@ -608,7 +608,8 @@ class TimeBillPlanner:
         goal = Goal(model, prompt_tokens, max(1, planned), request.max_new_tokens,
                     time_left_s * (1.0 - settings.time_margin), predicted, dist,
                     request.pessimistic_factor, dict(engine_prefix or {}),
-                    settings.length_hedge, unpredicted(dist) if dist is not None else None)
+                    settings.length_hedge,
+                    unpredicted(dist) if dist is not None and settings.length_hedge > 0 else None)
         cuts, note = self._candidates(request, goal)
         options = self._options(goal, cuts, solve=request.eviction_ratio == 0.0,
                                 switch=not request.precision)

@@ -16,6 +16,7 @@ import time
 from timebill_ros.core.context import ContextCutTable, KEEP_SHARES, reduce_context
 from timebill_ros.core.deadline import closes_batch, DeadlineClock
 from timebill_ros.core.execution import PrefillDecision
+from timebill_ros.core.length import unpredicted
 from timebill_ros.core.planning import PENDING, Plan, TimeBillPlanner
 from timebill_ros.core.request import (
     check_prompt_fits, Mode, OverrunPolicy, Rejection, validate)
@@ -37,7 +38,6 @@ class Admission:
         self.server = server
         self.predict_s = 0.0  # running mean of the length predictor's cost at admission
         self.text_s = 0.0  # the same of the text head (assembly.text_predictor)
-        self._prior = (None, None)  # (predictor calibration, its marginal), made once
         self.context_cut = ContextCutTable.load()  # fidelity per kept share of context
 
     @property
@@ -204,10 +204,8 @@ class Admission:
     def _skipped(self, pipeline, left_s: float) -> tuple:
         """Return (length, note, spread) of a goal planned without its length predictor."""
         calibration = getattr(pipeline.planner.predictor, 'distribution', None)
-        if calibration is not None and self._prior[0] is not calibration:
-            self._prior = (calibration, calibration.marginal())
         spread = self.server.learning.recent_lengths(
-            self._prior[1] if calibration is not None else None)
+            unpredicted(calibration) if calibration is not None else None)
         why = (f'length predictor skipped (~{self.predict_s:.3f} s, over '
                f'{self.config.predictor_share:.0%} of the {left_s:.3f} s left)')
         if spread is None:

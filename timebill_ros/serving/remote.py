@@ -297,14 +297,10 @@ class ReplicaTiming:
             rows = np.array([[1.0, r] for r, _ in self._itl])
             self.itl_coef, _ = nnls(rows, np.array([t for _, t in self._itl]))
 
-    def ttft_s(self, prompt_tokens: int, ahead_tokens: int = 0, running: int = 0) -> float:
-        """Return the predicted time to the first token.
-
-        ``ahead_tokens``: prompt tokens to prefill before it; ``running``: goals in flight
-        beside it.
-        """
+    def ttft_s(self, prompt_tokens: int, load: Load = Load()) -> float:
+        """Return the predicted time to the first token of a goal starting beside ``load``."""
         a, b, c, d = self.ttft_coef
-        return float(a + b * prompt_tokens + c * ahead_tokens + d * running)
+        return float(a + b * prompt_tokens + c * load.ahead_tokens + d * load.running)
 
     def itl_s(self, running: int) -> float:
         """Return the predicted time between tokens with ``running`` goals beside."""
@@ -313,12 +309,12 @@ class ReplicaTiming:
 
     def finish_s(self, prompt_tokens: int, tokens: int, load: Load = Load()) -> float:
         """Return the predicted time of a whole answer of ``tokens`` tokens."""
-        return (self.ttft_s(prompt_tokens, load.ahead_tokens, load.running)
+        return (self.ttft_s(prompt_tokens, load)
                 + max(0, tokens - 1) * self.itl_s(load.running))
 
     def tokens_within(self, prompt_tokens: int, load: Load, seconds: float) -> int:
         """Return how many answer tokens are predicted to arrive within ``seconds``."""
-        after_first = seconds - self.ttft_s(prompt_tokens, load.ahead_tokens, load.running)
+        after_first = seconds - self.ttft_s(prompt_tokens, load)
         if after_first < 0.0:
             return 0
         return 1 + int(after_first / max(self.itl_s(load.running), 1e-6))

@@ -83,7 +83,7 @@ def plan_on_pool(pool, basis: LengthBasis, prompt_tokens: int, cap: int,
         raise Rejection(f'yielding to the {running} goals running on {replica.url}: this one '
                         f'is expected to miss ({seconds:.3f} s for a {words}, '
                         f'{left_s:.3f} s left)')
-    ttft = timing.ttft_s(prompt_tokens, load.ahead_tokens, load.running)
+    ttft = timing.ttft_s(prompt_tokens, load)
     worst = timing.finish_s(prompt_tokens, planned, load)
     plan = Plan(mode=Mode.NONE, prompt_tokens=prompt_tokens, predicted_tokens=expected,
                 predictor=basis.predictor, worst_case_tokens=planned, est_prefill_s=ttft,
