@@ -221,8 +221,10 @@ _TABLE = (
           "(no model step; named in the result's reason, stop_reason CLOSED_AT_DEADLINE) "
           'so it still parses; before the next step when that step would end past the '
           'deadline. False: the answer is cut like free text.'),
-    Param('llama_context', 8192, 'KV cells of each llama.cpp option, shared by its max_batch '
-          'sequences.', 256, 262144),
+    Param('llama_context', 8192, 'KV cells of each sequence of a llama.cpp option (longest '
+          'prompt plus answer it can run). An option holds 2 x max_batch sequences, each in '
+          'its own buffer so an answer does not depend on what else the cache holds: about '
+          '23 kB a cell for the embedded model (190 MB a sequence at 8192).', 256, 262144),
     Param('length_predictor_max_tokens', 256, 'Longest input the length predictor reads; '
           'longer prompts keep their first 32 and last tokens (bounds its cost).', 65, 8192),
     Param('length_predictor_in_prefill', True, "For heads on the target's own hidden states: "

@@ -7,7 +7,7 @@ weights the torch path runs in float32). Each variant is one engine option the
 planner may run a whole goal on (``core.cut_kinds.OtherEngine``): its prompt is
 prefilled in chunks of ``chunk`` tokens with ``interrupt`` asked between them, and
 its answer decodes in a lane whose sequences share one llama.cpp context
-(``n_seq_max`` sequences, one batch per step).
+(``n_seq_max`` sequences, each with its own KV stream, one batch per step).
 """
 
 from __future__ import annotations
@@ -103,25 +103,29 @@ class LlamaSequence:
 class LlamaModel:
     """One GGUF loaded in llama.cpp with one context of ``sequences`` sequences.
 
-    With ``hold_prefix`` one more sequence keeps the last prompt prefilled: its cells are
-    shared (``llama_memory_seq_cp`` in a unified cache), so a prompt that starts the same
-    way (the same context, a new question) prefills only from where the two differ.
+    Each sequence has its own KV stream of ``context`` cells (llama.cpp's non-unified
+    cache): in one shared buffer, cells of other sequences shift where a sequence's
+    attention sums, and greedy answers changed with what else the cache held
+    (results/engines/llama_cache_determinism). With ``hold_prefix`` the last long
+    prompt's KV is kept (``llama_state_seq_get_data``), and a prompt that starts the same
+    way (the same context, a new question) restores it and prefills only from the last
+    whole chunk the two share, in the chunks a fresh prefill would run: tokens with the
+    held prompt equal tokens without it.
     """
 
     def __init__(self, path: Path, context: int, sequences: int, chunk: int, threads: int,
                  hold_prefix: bool = False):
-        """Load ``path``; ``context`` KV cells shared by the sequences (unified cache)."""
+        """Load ``path``; ``context`` KV cells for each of the ``sequences``."""
         llama_cpp = self._api = _llama()
-        self.path, self.chunk = Path(path), chunk
+        self.path, self.chunk, self.hold_prefix = Path(path), chunk, hold_prefix
         model_params = llama_cpp.llama_model_default_params()
         self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), model_params)
         if not self._model:
             raise LlamaUnavailable(f'llama.cpp could not load {path}')
         params = llama_cpp.llama_context_default_params()
-        self._holder = sequences if hold_prefix else None  # the sequence keeping a prompt
-        self._held: list = []  # the prompt it keeps
-        params.n_ctx, params.n_seq_max, params.kv_unified = \
-            context, sequences + (1 if hold_prefix else 0), True
+        self._held: list = []  # the prompt held, and its KV as llama.cpp's state bytes
+        self._held_state = None
+        params.n_ctx, params.n_seq_max, params.kv_unified = context * sequences, sequences, False
         params.n_batch = params.n_ubatch = chunk
         params.n_threads = params.n_threads_batch = threads
         self._ctx = llama_cpp.llama_init_from_model(self._model, params)
@@ -129,7 +133,7 @@ class LlamaModel:
             llama_cpp.llama_model_free(self._model)
             raise LlamaUnavailable(f'llama.cpp could not make a context for {path}')
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(self._model))
-        self.context = llama_cpp.llama_n_ctx(self._ctx)
+        self.context = llama_cpp.llama_n_ctx_seq(self._ctx)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(max(chunk, sequences), 0, 1)
         self._free = list(range(sequences))
@@ -151,9 +155,10 @@ class LlamaModel:
                 self._free.append(seq_id)
 
     def shared_prefix(self, ids: Sequence[int], limit: int) -> int:
-        """Count the held prompt's first tokens that ``ids`` starts with (what reuse shares).
+        """Count the held prompt's first tokens a prefill of ``ids`` would take over.
 
-        At most ``limit`` tokens, and none below ``MIN_REUSE``.
+        Whole chunks only (the rest then runs in a fresh prefill's chunks), at most
+        ``limit`` tokens, and none below ``MIN_REUSE``.
         """
         with self._lock:
             return self._shared_locked(ids, limit)
@@ -164,42 +169,50 @@ class LlamaModel:
             if mine != theirs:
                 break
             same += 1
+        same -= same % self.chunk
         return same if same >= MIN_REUSE else 0
 
     def reuse(self, seq_id: int, ids: Sequence[int], limit: int) -> int:
-        """Share the held prompt's cells its first tokens have in common with ``ids``.
+        """Restore the held prompt's KV its first tokens have in common with ``ids``.
 
-        At most ``limit`` tokens, and none below ``MIN_REUSE``; return how many.
+        Into the empty sequence ``seq_id``; as much as ``shared_prefix`` says; return how
+        many tokens (0 when llama.cpp cannot restore the state: the prefill runs whole).
         """
         with self._lock:
-            if self._holder is None:
-                return 0
             same = self._shared_locked(ids, limit)
-            if same:
-                self._api.llama_memory_seq_cp(self._memory, self._holder, seq_id, 0, same)
+            if not same:
+                return 0
+            state = self._held_state
+            if self._api.llama_state_seq_set_data(self._ctx, state, len(state), seq_id) == 0:
+                self._api.llama_memory_seq_rm(self._memory, seq_id, -1, -1)
+                return 0
+            self._api.llama_memory_seq_rm(self._memory, seq_id, same, -1)
             return same
 
     def hold(self, seq_id: int, ids: Sequence[int]) -> None:
-        """Keep a just prefilled prompt (its cells, shared with ``seq_id``) for the next one."""
+        """Keep a just prefilled prompt's KV for the next one (a copy, about 23 kB a token).
+
+        Only prompts longer than a chunk and ``MIN_REUSE``: shorter ones could not be reused.
+        """
+        if not self.hold_prefix or len(ids) <= max(self.chunk, MIN_REUSE):
+            return
+        api = self._api
         with self._lock:
-            if self._holder is None:
+            size = api.llama_state_seq_get_size(self._ctx, seq_id)
+            state = (ctypes.c_uint8 * size)()
+            if api.llama_state_seq_get_data(self._ctx, state, size, seq_id) != size:
+                self._drop_held()
                 return
-            self._api.llama_memory_seq_rm(self._memory, self._holder, -1, -1)
-            self._api.llama_memory_seq_cp(self._memory, seq_id, self._holder, 0, len(ids))
-            self._held = list(ids)
+            self._held, self._held_state = list(ids), state
 
     def forget(self) -> None:
         """Drop the held prompt (calibration times whole prefills)."""
         with self._lock:
             self._drop_held()
 
-    def _drop_held(self) -> bool:
-        """Free the held prompt's cells (lock held); tell whether there were any."""
-        if self._holder is None or not self._held:
-            return False
-        self._api.llama_memory_seq_rm(self._memory, self._holder, -1, -1)
-        self._held = []
-        return True
+    def _drop_held(self) -> None:
+        """Free the held prompt (lock held)."""
+        self._held, self._held_state = [], None
 
     def crop(self, seq_id: int, length: int) -> None:
         """Keep only a sequence's first ``length`` KV cells."""
@@ -219,11 +232,9 @@ class LlamaModel:
                 batch.token[i], batch.pos[i] = token, position
                 batch.n_seq_id[i], batch.seq_id[i][0], batch.logits[i] = 1, seq_id, wants
             status = api.llama_decode(self._ctx, batch)
-            if status == 1 and self._drop_held():  # no free cell: the held prompt gives way
-                status = api.llama_decode(self._ctx, batch)
             if status != 0:
                 raise RuntimeError(f'llama_decode returned {status} (KV cache full: '
-                                   f'{self.context} cells shared by the sequences)')
+                                   f'{self.context} cells a sequence)')
             return [np.ctypeslib.as_array(api.llama_get_logits_ith(self._ctx, i),
                                           shape=(self.n_vocab,)).copy()
                     for i, entry in enumerate(entries) if entry[3]]
@@ -372,11 +383,11 @@ class LlamaPrefill:
         t0 = self.engine.clock()
         rows = model.decode([(token, begin + i, self.seq_id, last and i == len(part) - 1)
                              for i, token in enumerate(part)])
-        self.stats.prefill_s += self.engine.clock() - t0
         self.tokens_done = begin + len(part)
-        if last:
+        if last:  # keeping the prompt is part of its prefill's time (~60 ms at 4k tokens)
             self.logits = rows[-1]
             model.hold(self.seq_id, self.ids)
+        self.stats.prefill_s += self.engine.clock() - t0
 
     def result(self) -> tuple:
         """Return (the sequence, first logits, stats) of the finished prefill."""
