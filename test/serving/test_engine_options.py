@@ -1,4 +1,6 @@
-"""Engine options: the start-up regime line, and which goals may plan in their prefill."""
+"""Engine options: the start-up regime line, stored profiles, goals planning in prefill."""
+
+from types import SimpleNamespace
 
 from timebill_ros.core.cut_kinds import CutContext
 from timebill_ros.core.cuts import CutEffects
@@ -39,3 +41,12 @@ def test_only_goals_bound_to_torch_plan_in_their_prefill_when_an_engine_is_resid
     assert on_torch_for_sure(with_engine, goal(Mode.NONE))
     assert on_torch_for_sure(with_engine, goal(Mode.AUTO, 'int8-weight'))
     assert not on_torch_for_sure(with_engine, goal(Mode.NONE, 'llama.cpp-q4_1'))
+
+
+def test_an_option_profile_timed_with_another_chunk_or_kv_layout_is_retaken():
+    from timebill_ros.runtime.llama_engine import KV_LAYOUT
+    from timebill_ros.serving.engine_options import _timed_as_run
+    engine = SimpleNamespace(model=SimpleNamespace(chunk=64))
+    assert _timed_as_run(SimpleNamespace(versions={'chunk': 64, 'kv': KV_LAYOUT}), engine)
+    assert not _timed_as_run(SimpleNamespace(versions={'chunk': 64}), engine)  # unified
+    assert not _timed_as_run(SimpleNamespace(versions={'chunk': 32, 'kv': KV_LAYOUT}), engine)

@@ -28,6 +28,8 @@ from timebill_ros.runtime.prefill import finish_prefill
 
 # Engine options are named after the engine and the GGUF weight format.
 PREFIX = 'llama.cpp-'
+# How the KV cache is laid out (profiles timed with another layout are retaken).
+KV_LAYOUT = 'stream-per-sequence'
 # Fewest shared prompt tokens worth reusing from the held prompt.
 MIN_REUSE = 32
 # Weight formats a variant may be made at (llama.cpp's file types).
@@ -474,4 +476,5 @@ def calibrate_llama(engine: LlamaEngine, grid, name: str) -> object:
     return fitted_profile(prefill, decode, grid, model=name, device='cpu', dtype=engine.option,
                           versions={'llama_cpp': llama_cpp.__version__,
                                     'python': platform.python_version(),
-                                    'chunk': engine.model.chunk, 'gguf': engine.model.path.name})
+                                    'chunk': engine.model.chunk, 'kv': KV_LAYOUT,
+                                    'gguf': engine.model.path.name})

@@ -14,8 +14,8 @@ from types import SimpleNamespace
 
 from timebill_ros.core.profile import Profile
 from timebill_ros.runtime.llama_engine import (
-    calibrate_llama, gguf_variant, llama_grid, LlamaEngine, LlamaModel, LlamaUnavailable,
-    option_name)
+    calibrate_llama, gguf_variant, KV_LAYOUT, llama_grid, LlamaEngine, LlamaModel,
+    LlamaUnavailable, option_name)
 from timebill_ros.runtime.model import cache_root, EMBEDDED_NAME, embedded_gguf
 from timebill_ros.serving import artifacts
 from timebill_ros.serving.artifacts import Log
@@ -74,6 +74,9 @@ def option_profile(log: Log, engine: LlamaEngine, loaded, path: Path, config) ->
     """Return the option's stored profile, or calibrate it now (None when not allowed)."""
     made_for = SimpleNamespace(name=loaded.name, device='cpu', dtype=engine.option)
     profile = artifacts.stored_profile(log, path, made_for, 0, False)
+    if profile is not None and config.calibrate_on_start and not _timed_as_run(profile, engine):
+        log.info(f'{path} was timed with another llama.cpp chunk or KV layout: recalibrating')
+        profile = None
     if profile is not None or not config.calibrate_on_start:
         return profile
     log.info(f'no {engine.option} execution-time profile: calibrating (one-off)')
@@ -83,6 +86,13 @@ def option_profile(log: Log, engine: LlamaEngine, loaded, path: Path, config) ->
     except OSError as exc:
         log.warning(f'cannot save the profile to {path}: {exc}')
     return profile
+
+
+def _timed_as_run(profile: Profile, engine: LlamaEngine) -> bool:
+    """Tell whether a stored option profile was timed with the option's chunk and KV layout."""
+    versions = profile.versions
+    return (int(versions.get('chunk', 0)) == engine.model.chunk
+            and versions.get('kv') == KV_LAYOUT)
 
 
 def describe_regime(main, precisions: dict, engines: dict, prompt: int = 64,
