@@ -73,18 +73,18 @@ def test_the_pool_routes_to_the_earliest_finish_and_leaves_failed_replicas_out()
     pool = ReplicaPool(['http://a:8000/', 'http://b:8000'], clock=lambda: now[0])
     slow, fast = pool.replicas
     fast.timing.itl_coef[0] = 0.01
-    chosen, seconds, load = pool.earliest(prompt_tokens=50, tokens=10)
-    assert chosen is fast and seconds < 0.5 and slow.url == 'http://a:8000'
-    assert load == Load()  # nothing runs there yet
+    route = pool.earliest(prompt_tokens=50, tokens=10)
+    assert route.replica is fast and route.seconds < 0.5 and slow.url == 'http://a:8000'
+    assert route.load == Load() and route.timing is fast.timing  # nothing runs there yet
     goal = pool.started(fast, 3.0, 50)
     pool.ended(fast, RemoteAnswer(ended='failed', error='connection refused'), goal)
     assert fast.running == 0 and fast.last_error == 'connection refused'
-    assert pool.earliest(50, 10)[0] is slow  # down for a while
+    assert pool.earliest(50, 10).replica is slow  # down for a while
     now[0] = 11.0
-    assert pool.earliest(50, 10)[0] is fast
+    assert pool.earliest(50, 10).replica is fast
     pool.mark_down(slow, 'gone')
     pool.mark_down(fast, 'gone too')
-    assert pool.earliest(50, 10) == (None, float('inf'), Load())
+    assert pool.earliest(50, 10).replica is None
 
 
 def test_a_moved_goal_asks_the_next_replica_to_continue_its_answer():
@@ -163,4 +163,42 @@ def test_first_tokens_slowed_by_the_goals_beside_are_not_read_as_the_idle_speed(
     pool.replicas[1].timing._refit()
     for _ in range(4):
         pool.started(pool.replicas[0])
-    assert pool.earliest(200, 10)[0] is pool.replicas[1]
+    assert pool.earliest(200, 10).replica is pool.replicas[1]
+
+
+def test_newer_streams_outweigh_older_ones_in_a_replicas_fit():
+    """A replica measured slow a minute ago and fast since is predicted fast."""
+    now = [0.0]
+    timing = ReplicaTiming(clock=lambda: now[0])
+    for gap in (0.18, 0.17, 0.19, 0.18):  # slow while the machine was busy
+        timing.observe(50, Load(), answer(0.3, [gap] * 8))
+        now[0] += 1.0
+    now[0] += 60.0
+    for gap in (0.08, 0.09):  # fast again
+        timing.observe(50, Load(), answer(0.3, [gap] * 8))
+        now[0] += 1.0
+    assert timing.itl_s(0) < 0.1
+    assert timing.last_sample == 65.0  # the newest stream
+
+
+def test_an_idle_replica_not_heard_from_is_timed_as_its_peer_and_gets_a_goal():
+    now = [0.0]
+    pool = ReplicaPool(['http://a:1', 'http://b:1'], clock=lambda: now[0])
+    busy, idle = pool.replicas
+    for _ in range(3):  # b was measured slow early on, a fast
+        idle.timing.observe(50, Load(), answer(0.3, [0.2] * 8))
+    now[0] = 30.0
+    for running in (0, 1, 2, 3):
+        busy.timing.observe(50, Load(running), answer(0.3, [0.05 + 0.02 * running] * 8))
+    for _ in range(3):
+        pool.started(busy, 40.0, 50)
+    route = pool.earliest(50, 20, 40.0)
+    # b's own figures (0.2 s a token) would lose to a with three running (0.11 s).
+    assert idle.timing.finish_s(50, 20) > busy.timing.finish_s(50, 20, busy.load(40.0))
+    assert route.replica is idle and route.timing is busy.timing
+    assert 'no stream for 30.0 s: timed as http://a:1' == route.stand_in
+    # Once a goal runs there, or it has streamed lately, its own figures count again.
+    goal = pool.started(idle, 40.0, 50)
+    assert pool.earliest(50, 20, 40.0).stand_in == ''
+    pool.ended(idle, answer(0.3, [0.2] * 8), goal)
+    assert pool.earliest(50, 20, 40.0).stand_in == '' and idle.timing.last_sample == 30.0

@@ -87,3 +87,19 @@ def test_a_text_predictor_plans_each_goal_on_its_own_calibrated_prediction():
     assert plan_on_pool(pool, short, 40, 128, 2.0, CONFIG)[1].fit_probability == 1.0
     with pytest.raises(Rejection, match='rlp-minilm predicted 60'):
         plan_on_pool(pool, LengthBasis(dist, 40.0, 60, 'rlp-minilm'), 40, 128, 2.0, CONFIG)
+
+
+def test_a_stale_idle_replica_is_planned_on_its_fresher_peers_figures():
+    now = [30.0]
+    pool = pool_of(urls=('http://busy:1', 'http://stale:1'))
+    pool.clock = lambda: now[0]
+    busy, stale = pool.replicas
+    stale.timing.itl_coef[0] = 0.5  # measured slow long ago: 3.0 s for 6 tokens
+    busy.timing.itl_coef[1] = 0.1  # each goal beside adds 0.1 s a token
+    stale.timing.last_sample, busy.timing.last_sample = 0.0, 29.0
+    for _ in range(2):
+        pool.started(busy, 31.0, 40)
+    # busy, two running: 0.5 + 5 x 0.3 = 2.0 s; stale timed as busy idle: 1.0 s.
+    replica, plan = plan_on_pool(pool, LengthBasis(None, 6.0), 40, 64, 1.5, CONFIG)
+    assert replica is stale and plan.est_wcet_s == pytest.approx(1.0)
+    assert 'no stream for 30.0 s: timed as http://busy:1' in plan.note

@@ -30,6 +30,12 @@ from scipy.optimize import nnls
 # Until a replica has shown this many streams, its timing model is the prior below.
 MIN_SAMPLES = 3
 KEPT_SAMPLES = 256
+# A stream's weight in the fit halves with each this many seconds of newer streams: a
+# replica's speed moves with what else its machine runs.
+HALF_LIFE_S = 10.0
+# A replica none of this node's goals ran on for this long, idle, is planned as fast as
+# its fastest peer: its own figures are stale, and it gets a goal to refresh them.
+STALE_S = 5.0
 PRIOR_TTFT_S, PRIOR_TTFT_PER_TOKEN_S, PRIOR_ITL_S = 0.2, 0.001, 0.05
 DOWN_FOR_S = 10.0  # a replica that failed is not chosen for this long
 # How long a Kill waits for a feedback call in progress (one normally takes under 1 ms).
@@ -263,27 +269,33 @@ class ReplicaTiming:
     the prefill's (its chunks share each step's token budget with their decode tokens).
     Without that term a replica's first tokens measured under load were read as its
     idle speed: two replicas here, one was left idle while the other took 39 of 40 goals.
+    Newer streams weigh more (``HALF_LIFE_S``): with the old ones weighed alike, a
+    replica measured slow early stayed slow in the fit after it had sped up.
     """
 
-    def __init__(self):
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
         """Start from the prior (no samples)."""
-        # (prompt tokens, prompt tokens ahead to prefill, goals in flight beside, seconds)
+        self.clock = clock
+        # (prompt tokens, prompt tokens ahead to prefill, goals in flight beside, seconds,
+        # when)
         self._ttft: list = []
-        self._itl: list = []  # (goals running beside, seconds)
+        self._itl: list = []  # (goals running beside, seconds, when)
         self._lock = threading.Lock()
         self.ttft_coef = np.array([PRIOR_TTFT_S, PRIOR_TTFT_PER_TOKEN_S, 0.0, 0.0])
         self.itl_coef = np.array([PRIOR_ITL_S, 0.0])
+        self.last_sample = -math.inf  # when the newest stream ended (clock)
 
     def observe(self, prompt_tokens: int, load: Load, answer: RemoteAnswer) -> None:
         """Learn from one finished stream (its TTFT and its median inter-token latency)."""
         if not answer.token_times:
             return
         with self._lock:
+            self.last_sample = now = self.clock()
             self._ttft = (self._ttft + [(prompt_tokens, load.ahead_tokens, load.running,
-                                         answer.ttft_s)])[-KEPT_SAMPLES:]
+                                         answer.ttft_s, now)])[-KEPT_SAMPLES:]
             gaps = answer.itl_s()
             if gaps:
-                self._itl = (self._itl + [(load.running, float(np.median(gaps)))]
+                self._itl = (self._itl + [(load.running, float(np.median(gaps)), now)]
                              )[-KEPT_SAMPLES:]
             self._refit()
 
@@ -291,11 +303,11 @@ class ReplicaTiming:
         # Non-negative least squares: a term the samples do not vary (e.g. nothing ran
         # beside) stays at 0 instead of taking an arbitrary share.
         if len(self._ttft) >= MIN_SAMPLES:
-            rows = np.array([[1.0, n, r, k] for n, r, k, _ in self._ttft])
-            self.ttft_coef, _ = nnls(rows, np.array([t for *_, t in self._ttft]))
+            self.ttft_coef = _recent_fit([[1.0, n, r, k] for n, r, k, _, _ in self._ttft],
+                                         [(t, when) for *_, t, when in self._ttft])
         if len(self._itl) >= MIN_SAMPLES:
-            rows = np.array([[1.0, r] for r, _ in self._itl])
-            self.itl_coef, _ = nnls(rows, np.array([t for _, t in self._itl]))
+            self.itl_coef = _recent_fit([[1.0, r] for r, _, _ in self._itl],
+                                        [(t, when) for _, t, when in self._itl])
 
     def ttft_s(self, prompt_tokens: int, load: Load = Load()) -> float:
         """Return the predicted time to the first token of a goal starting beside ``load``."""
@@ -318,6 +330,34 @@ class ReplicaTiming:
         if after_first < 0.0:
             return 0
         return 1 + int(after_first / max(self.itl_s(load.running), 1e-6))
+
+
+def _recent_fit(rows: list, targets: list) -> np.ndarray:
+    """Return the NNLS fit of (seconds, when) targets, a stream weighing less as it ages."""
+    newest = max(when for _, when in targets)
+    weights = np.sqrt([0.5 ** ((newest - when) / HALF_LIFE_S) for _, when in targets])
+    coef, _ = nnls(np.array(rows) * weights[:, None],
+                   np.array([t for t, _ in targets]) * weights)
+    return coef
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a goal would run: the replica, its predicted finish, and what that is timed on.
+
+    ``timing``: the replica's own model, or (``stand_in`` says why) a fresher peer's.
+    """
+
+    replica: object
+    seconds: float
+    load: Load
+    timing: object = None
+    stand_in: str = ''
+
+    def __post_init__(self):
+        """Default the timing to the replica's own."""
+        if self.timing is None and self.replica is not None:
+            object.__setattr__(self, 'timing', self.replica.timing)
 
 
 @dataclass
@@ -347,27 +387,42 @@ class ReplicaPool:
 
     def __init__(self, urls, clock: Callable[[], float] = time.monotonic):
         """Hold one Replica per URL (``http://host:port``)."""
-        self.replicas = [Replica(url.rstrip('/')) for url in urls]
+        self.replicas = [Replica(url.rstrip('/'), ReplicaTiming(clock)) for url in urls]
         self.clock = clock
         self._lock = threading.Lock()
 
-    def earliest(self, prompt_tokens: int, tokens: int, deadline: float = math.inf) -> tuple:
-        """Return (replica, predicted seconds, Load) of the earliest finish among those up.
+    def earliest(self, prompt_tokens: int, tokens: int, deadline: float = math.inf) -> Route:
+        """Return the Route of the earliest predicted finish among the replicas up.
 
-        (None, inf, Load()) when every replica is down.
+        A replica whose figures are stale (``STALE_S``) and that runs none of this node's
+        goals is timed as its fastest peer would be: it gets the goal when that is the
+        earliest, and its own figures are fresh again after it (exploration, bounded by
+        Kill). Route(None, inf, Load()) when every replica is down.
         """
         now = self.clock()
         with self._lock:
-            timed = []
-            for index, replica in enumerate(self.replicas):
-                if replica.down_until <= now:
-                    load = replica.load(deadline)
-                    timed.append((replica.timing.finish_s(prompt_tokens, tokens, load), index,
-                                  replica, load))
-        if not timed:
-            return None, float('inf'), Load()
-        seconds, _, replica, load = min(timed, key=lambda entry: entry[:2])
-        return replica, seconds, load
+            up = [replica for replica in self.replicas if replica.down_until <= now]
+            routes = [self._route(replica, up, prompt_tokens, tokens, deadline, now)
+                      for replica in up]
+        if not routes:
+            return Route(None, float('inf'), Load())
+        return min(routes, key=lambda route: (route.seconds, self.replicas.index(
+            route.replica)))
+
+    def _route(self, replica: Replica, up: list, prompt_tokens: int, tokens: int,
+               deadline: float, now: float) -> Route:
+        """Return the route through ``replica`` (its own timing, or a peer's when stale)."""
+        load = replica.load(deadline)
+        route = Route(replica, replica.timing.finish_s(prompt_tokens, tokens, load), load)
+        age = now - replica.timing.last_sample
+        if replica.running or age < STALE_S:
+            return route
+        for peer in up:
+            seconds = peer.timing.finish_s(prompt_tokens, tokens, load)
+            if peer.timing.last_sample > replica.timing.last_sample and seconds < route.seconds:
+                route = Route(replica, seconds, load, peer.timing,
+                              f'no stream for {age:.1f} s: timed as {peer.url}')
+        return route
 
     def down_reasons(self) -> str:
         """Return why the replicas that are down are down, in one line."""

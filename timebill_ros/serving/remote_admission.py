@@ -68,10 +68,11 @@ def plan_on_pool(pool, basis: LengthBasis, prompt_tokens: int, cap: int,
                  left_s: float, config) -> tuple:
     """Return (replica, Plan) for a goal with ``left_s`` seconds left; raise Rejection."""
     expected, planned = expected_lengths(basis, cap, config.plan_quantile)
-    replica, seconds, load = pool.earliest(prompt_tokens, expected, pool.clock() + left_s)
+    route = pool.earliest(prompt_tokens, expected, pool.clock() + left_s)
+    replica, seconds, load, timing = route.replica, route.seconds, route.load, route.timing
     if replica is None:
         raise Rejection(f'no replica is up ({pool.down_reasons()})')
-    running, timing = load.running, replica.timing
+    running = load.running
     fit = timing.tokens_within(prompt_tokens, load, left_s)
     chance = fit_probability(basis, expected, fit, cap)
     words = basis.words(expected)
@@ -91,6 +92,7 @@ def plan_on_pool(pool, basis: LengthBasis, prompt_tokens: int, cap: int,
                 est_wcet_full_s=worst, feasible=True, fit_probability=chance,
                 note=f'replica {replica.url}: {seconds:.3f} s predicted for a {words} '
                      f'({running} running there; ahead by deadline {load.ahead}, with '
-                     f'{load.ahead_tokens} prompt tokens to prefill); '
-                     f'P(fit) {chance:.3f}')
+                     f'{load.ahead_tokens} prompt tokens to prefill'
+                     + (f'; {route.stand_in}' if route.stand_in else '')
+                     + f'); P(fit) {chance:.3f}')
     return replica, plan
