@@ -189,3 +189,19 @@ def test_repeatability_is_the_spread_of_the_fixed_choices_between_runs_of_the_sa
     other = report()
     other['traces'] = [{**t, 'item': 'other'} for t in other['traces']]
     assert ev.repeatability([first, other]) is None
+
+
+def test_a_planner_parameter_is_replayed_as_set_and_checked_like_the_nodes(tmp_path):
+    import json
+    assert ev.planner_overrides(['fit_tolerance=0', 'length_hedge=0.5']) == {
+        'fit_tolerance': 0.0, 'length_hedge': 0.5}
+    with pytest.raises(SystemExit, match='not a planner setting'):
+        ev.planner_overrides(['max_batch=4'])
+    with pytest.raises(SystemExit, match='fit_tolerance'):
+        ev.planner_overrides(['fit_tolerance=2'])  # outside 0 .. 1
+    run = tmp_path / 'robot_2'
+    run.mkdir()
+    (run / 'bench.json').write_text(json.dumps(report()))
+    assert ev.main([str(run), '--out', str(tmp_path / 'out'), '--set', 'fit_tolerance=0']) == 0
+    written = json.loads((tmp_path / 'out' / 'robot_2' / 'evaluation.json').read_text())
+    assert written['policy']['fit_tolerance'] == 0.0

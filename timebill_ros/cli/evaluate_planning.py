@@ -512,6 +512,30 @@ def markdown(report: dict, evaluation: dict) -> str:
     return '\n'.join(lines)
 
 
+def planner_overrides(pairs: list) -> dict:
+    """Return {name: value} of NAME=VALUE pairs, each checked by the node's parameter table."""
+    from timebill_ros.core.config import NodeConfig
+    from timebill_ros.core.planner_settings import PlannerSettings
+    known = set(PlannerSettings.__dataclass_fields__)
+    overrides = {}
+    for pair in pairs:
+        name, _, text = pair.partition('=')
+        if name not in known:
+            raise SystemExit(f'--set {pair}: {name!r} is not a planner setting '
+                             f'({", ".join(sorted(known))})')
+        try:
+            overrides[name] = getattr(NodeConfig.from_dict({name: yaml_value(text)}), name)
+        except ValueError as exc:
+            raise SystemExit(f'--set {pair}: {exc}') from exc
+    return overrides
+
+
+def yaml_value(text: str):
+    """Return ``text`` read as a YAML scalar (numbers and booleans as the node reads them)."""
+    import yaml
+    return yaml.safe_load(text)
+
+
 def main(argv=None) -> int:
     """Evaluate bench_engines runs; write evaluation.json and EVALUATION.md to a new folder."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -524,9 +548,13 @@ def main(argv=None) -> int:
                         help='replay a skipped length predictor as planned on the spread of '
                              'recent answers, as nodes before the text head did (runs '
                              'before 4dbf693)')
+    parser.add_argument('--set', action='append', default=[], metavar='NAME=VALUE',
+                        help="replay AUTO with a planner parameter changed (e.g. "
+                             "'fit_tolerance=0'; repeatable)")
     args = parser.parse_args(argv)
     out = common.claim_out(args.out, 'evaluate_planning')
     policy = {'idle_best_effort': False} if args.no_idle_best_effort else {}
+    policy.update(planner_overrides(args.set))
     if args.no_text_head:
         policy['text_head'] = False
     command = 'python -m timebill_ros.cli.evaluate_planning ' + ' '.join(argv or sys.argv[1:])
