@@ -11,6 +11,7 @@ import threading
 import time
 
 import httpx
+import pytest
 
 from timebill_ros.serving.remote import (
     deadline_priority, joined, Load, RemoteAnswer, RemoteGoal, ReplicaPool, ReplicaTiming,
@@ -202,3 +203,22 @@ def test_an_idle_replica_not_heard_from_is_timed_as_its_peer_and_gets_a_goal():
     assert pool.earliest(50, 20, 40.0).stand_in == ''
     pool.ended(idle, answer(0.3, [0.2] * 8), goal)
     assert pool.earliest(50, 20, 40.0).stand_in == '' and idle.timing.last_sample == 30.0
+
+
+def test_the_gaps_streaming_now_time_the_next_goals_steps():
+    """A fit read slow under an overload is scaled to what the replica streams now."""
+    now = [100.0]
+    pool = ReplicaPool(['http://a:1'], clock=lambda: now[0])
+    replica = pool.replicas[0]
+    replica.timing.itl_coef[:] = (0.4, 0.0)  # fitted while overloaded
+    replica.timing.last_sample = 99.0
+    goal = pool.started(replica, 110.0, 50)
+    for _ in range(6):  # it streams a token every 60 ms
+        pool.token(goal)
+        now[0] += 0.06
+    route = pool.earliest(50, 11, 110.0)
+    assert route.timing.itl_s(1) == pytest.approx(0.06)
+    assert route.seconds == pytest.approx(route.timing.ttft_s(50, route.load) + 10 * 0.06)
+    assert 'gaps streaming now (60 ms)' in route.stand_in and goal.prefilled
+    now[0] += 3.0  # those gaps are old now: the fit again
+    assert pool.earliest(50, 11, 110.0).timing is replica.timing

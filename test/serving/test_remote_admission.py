@@ -10,7 +10,8 @@ from timebill_ros.serving.remote import Load, RemoteAnswer, ReplicaPool
 from timebill_ros.serving.remote_admission import (
     expected_lengths, fit_probability, LengthBasis, plan_on_pool)
 
-CONFIG = SimpleNamespace(plan_quantile=0.9, admit_probability=0.001, yield_when_late=True)
+CONFIG = SimpleNamespace(plan_quantile=0.9, admit_probability=0.001, yield_when_late=True,
+                         idle_best_effort=False)
 
 
 def pool_of(ttft_s=0.5, itl_s=0.1, urls=('http://a:1',)):
@@ -103,3 +104,17 @@ def test_a_stale_idle_replica_is_planned_on_its_fresher_peers_figures():
     replica, plan = plan_on_pool(pool, LengthBasis(None, 6.0), 40, 64, 1.5, CONFIG)
     assert replica is stale and plan.est_wcet_s == pytest.approx(1.0)
     assert 'no stream for 30.0 s: timed as http://busy:1' in plan.note
+
+
+def test_an_idle_replica_runs_a_goal_without_a_chance_as_best_effort():
+    pool = pool_of()
+    config = SimpleNamespace(**{**vars(CONFIG), 'idle_best_effort': True})
+    spread = observed_distribution([60] * 20, [], 64)
+    # 6 tokens fit, the answers run 60: refused while a goal runs there, tried when idle.
+    replica, plan = plan_on_pool(pool, LengthBasis(spread, 60.0), 40, 64, 1.0, config)
+    assert plan.note.startswith('best effort on an idle replica') and plan.fit_probability == 0
+    pool.started(replica, deadline=0.5)
+    with pytest.raises(Rejection):
+        plan_on_pool(pool, LengthBasis(spread, 60.0), 40, 64, 1.0, config)
+    with pytest.raises(Rejection, match='no replica is predicted'):  # not even one token
+        plan_on_pool(pool_of(), LengthBasis(spread, 60.0), 40, 64, 0.3, config)

@@ -16,6 +16,7 @@ finish that meets its deadline, and keeps a replica that fails out for a while.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field, replace
 import json
 import math
@@ -36,6 +37,11 @@ HALF_LIFE_S = 10.0
 # A replica none of this node's goals ran on for this long, idle, is planned as fast as
 # its fastest peer: its own figures are stale, and it gets a goal to refresh them.
 STALE_S = 5.0
+# The gaps between tokens of the goals streaming now, within this window, time the next
+# goal's tokens (the fit scaled to them): after an overload the fit read far slower steps
+# than the replica ran a few seconds later, and refused goals it then met.
+LIVE_WINDOW_S = 2.0
+LIVE_MIN_GAPS = 4
 PRIOR_TTFT_S, PRIOR_TTFT_PER_TOKEN_S, PRIOR_ITL_S = 0.2, 0.001, 0.05
 DOWN_FOR_S = 10.0  # a replica that failed is not chosen for this long
 # How long a Kill waits for a feedback call in progress (one normally takes under 1 ms).
@@ -257,6 +263,7 @@ class InFlight:
     prompt_tokens: int
     load: Load = Load()  # what it started beside
     prefilled: bool = False
+    token_times: deque = field(default_factory=lambda: deque(maxlen=16))  # pool clock
 
 
 class ReplicaTiming:
@@ -332,6 +339,25 @@ class ReplicaTiming:
         return 1 + int(after_first / max(self.itl_s(load.running), 1e-6))
 
 
+class LiveTiming:
+    """A replica's fitted timing with its steps scaled to the gaps its streams show now."""
+
+    def __init__(self, fitted: ReplicaTiming, factor: float):
+        """Scale ``fitted``'s inter-token latency by ``factor``."""
+        self.fitted, self.factor = fitted, factor
+
+    def ttft_s(self, prompt_tokens: int, load: Load = Load()) -> float:
+        """Return the fitted time to the first token."""
+        return self.fitted.ttft_s(prompt_tokens, load)
+
+    def itl_s(self, running: int) -> float:
+        """Return the fitted time between tokens, scaled to the live gaps."""
+        return self.fitted.itl_s(running) * self.factor
+
+    finish_s = ReplicaTiming.finish_s
+    tokens_within = ReplicaTiming.tokens_within
+
+
 def _recent_fit(rows: list, targets: list) -> np.ndarray:
     """Return the NNLS fit of (seconds, when) targets, a stream weighing less as it ages."""
     newest = max(when for _, when in targets)
@@ -345,7 +371,8 @@ def _recent_fit(rows: list, targets: list) -> np.ndarray:
 class Route:
     """Where a goal would run: the replica, its predicted finish, and what that is timed on.
 
-    ``timing``: the replica's own model, or (``stand_in`` says why) a fresher peer's.
+    ``timing``: the replica's own fit, scaled to the gaps its streams show now, or a
+    fresher peer's; ``stand_in`` says which (empty: the plain fit).
     """
 
     replica: object
@@ -374,6 +401,13 @@ class Replica:
     def running(self) -> int:
         """Return how many goals are in flight here."""
         return len(self.inflight)
+
+    def live_gap_s(self, now: float) -> float | None:
+        """Return the median gap between tokens streamed here lately (None: too few)."""
+        gaps = [b - a for goal in self.inflight
+                for a, b in zip(goal.token_times, list(goal.token_times)[1:])
+                if a >= now - LIVE_WINDOW_S]
+        return float(np.median(gaps)) if len(gaps) >= LIVE_MIN_GAPS else None
 
     def load(self, deadline: float) -> Load:
         """Return the load a goal with ``deadline`` would start beside."""
@@ -413,7 +447,13 @@ class ReplicaPool:
                deadline: float, now: float) -> Route:
         """Return the route through ``replica`` (its own timing, or a peer's when stale)."""
         load = replica.load(deadline)
-        route = Route(replica, replica.timing.finish_s(prompt_tokens, tokens, load), load)
+        timing, why = replica.timing, ''
+        live = replica.live_gap_s(now)
+        if live is not None:  # the goals streaming ran with one fewer beside than this one
+            factor = min(20.0, max(0.05, live / max(timing.itl_s(load.running - 1), 1e-6)))
+            timing = LiveTiming(timing, factor)
+            why = f'steps timed on the gaps streaming now ({1e3 * live:.0f} ms)'
+        route = Route(replica, timing.finish_s(prompt_tokens, tokens, load), load, timing, why)
         age = now - replica.timing.last_sample
         if replica.running or age < STALE_S:
             return route
@@ -449,6 +489,13 @@ class ReplicaPool:
         """Note that ``goal``'s prefill is done (it no longer delays those behind)."""
         with self._lock:
             goal.prefilled = True
+
+    def token(self, goal: InFlight) -> None:
+        """Note a token of ``goal`` streamed now (the first ends its prefill)."""
+        now = self.clock()
+        with self._lock:
+            goal.prefilled = True
+            goal.token_times.append(now)
 
     def ended(self, replica: Replica, answer: RemoteAnswer, goal: InFlight) -> None:
         """Take a goal off ``replica``: learn its timing, or mark the replica down."""

@@ -76,7 +76,14 @@ def plan_on_pool(pool, basis: LengthBasis, prompt_tokens: int, cap: int,
     fit = timing.tokens_within(prompt_tokens, load, left_s)
     chance = fit_probability(basis, expected, fit, cap)
     words = basis.words(expected)
-    if fit < 1 or chance < config.admit_probability:
+    best_effort = ''
+    if fit >= 1 and running == 0 and config.idle_best_effort \
+            and chance < config.admit_probability:
+        # As on the node's own engine: an idle replica loses nothing by trying, and its
+        # stream refreshes figures that, unused, would refuse every goal.
+        best_effort = (f'best effort on an idle replica: P(answer ends within the {fit} '
+                       f'tokens that fit) = {chance:.3f}; ')
+    elif fit < 1 or chance < config.admit_probability:
         raise Rejection(f'no replica is predicted to answer in time: {seconds:.3f} s for a '
                         f'{words} on {replica.url} with {left_s:.3f} s left; '
                         f'P(answer ends within the {fit} tokens that fit) = {chance:.3f}')
@@ -90,7 +97,8 @@ def plan_on_pool(pool, basis: LengthBasis, prompt_tokens: int, cap: int,
                 predictor=basis.predictor, worst_case_tokens=planned, est_prefill_s=ttft,
                 est_decode_s=max(0.0, seconds - ttft), est_wcet_s=worst,
                 est_wcet_full_s=worst, feasible=True, fit_probability=chance,
-                note=f'replica {replica.url}: {seconds:.3f} s predicted for a {words} '
+                note=f'{best_effort}replica {replica.url}: {seconds:.3f} s predicted for a '
+                     f'{words} '
                      f'({running} running there; ahead by deadline {load.ahead}, with '
                      f'{load.ahead_tokens} prompt tokens to prefill'
                      + (f'; {route.stand_in}' if route.stand_in else '')

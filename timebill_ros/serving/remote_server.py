@@ -227,8 +227,7 @@ class RemoteServer:
         index = [before.tokens]
 
         def on_delta(text: str) -> None:
-            if index[0] == before.tokens:
-                self.pool.first_token(on_replica)
+            self.pool.token(on_replica)
             now = job.clock.now()
             job.hooks.on_feedback(TokenEvent(index[0], -1, text, now),
                                   job.clock.elapsed(now), job.clock.remaining(now), job.plan)
