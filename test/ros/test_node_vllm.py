@@ -187,6 +187,19 @@ def test_a_goal_no_replica_can_answer_in_time_is_refused_with_the_prediction(cli
         run.reject_reason
 
 
+def test_a_goal_the_replica_refuses_is_rejected_and_leaves_the_replica_serving(client):
+    # A prompt past the replica's --max-model-len 4096: vLLM answers HTTP 400. That is the
+    # goal's fault: it must not mark the replica down (bench_fleet: 23 goals refused after
+    # one such prompt took the pool out for 10 s).
+    from timebill_ros.tools.client import make_goal
+    context = 'Dock 3 is free. Forklift 7 charges at bay 2. ' * 500
+    run = client.ask(make_goal('Which dock is free?', 120.0, context, max_new_tokens=8), 180)
+    assert run.accepted and run.result.outcome == Outcome.REJECTED, run.result.reason
+    assert 'refused the goal' in run.result.reason and '4096' in run.result.reason
+    after = client.ask(make_goal('Say OK.', 30.0, max_new_tokens=4), 120)
+    assert after.result.outcome == Outcome.COMPLETED, after.result.reason
+
+
 def test_a_skip_next_goal_runs_late_and_the_next_goal_gives_its_turn_up(client):
     from timebill_ros.action import Instruct
     from timebill_ros.tools.client import make_goal

@@ -222,3 +222,37 @@ def test_the_gaps_streaming_now_time_the_next_goals_steps():
     assert 'gaps streaming now (60 ms)' in route.stand_in and goal.prefilled
     now[0] += 3.0  # those gaps are old now: the fit again
     assert pool.earliest(50, 11, 110.0).timing is replica.timing
+
+
+class _TooLong(BaseHTTPRequestHandler):
+    """A real HTTP server answering as vLLM does a prompt past its context: HTTP 400."""
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        self.rfile.read(int(self.headers['Content-Length']))
+        body = json.dumps({'error': {'message': "This model's maximum context length is "
+                                                '4096 tokens.'}}).encode()
+        self.send_response(400)
+        self.send_header('Content-Type', 'application/json')
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_replica_refusing_a_goal_is_not_marked_down():
+    server = ThreadingHTTPServer(('127.0.0.1', 0), _TooLong)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f'http://127.0.0.1:{server.server_address[1]}'
+    try:
+        with httpx.Client() as client:
+            answer = stream_goal(client, url, {}, time.monotonic() + 5.0)
+    finally:
+        server.shutdown()
+    assert answer.ended == 'failed' and answer.status == 400 and answer.refused_goal
+    assert 'maximum context length' in answer.error
+    pool = ReplicaPool([url])
+    pool.ended(pool.replicas[0], answer, pool.started(pool.replicas[0], 5.0, 5000))
+    assert pool.earliest(50, 10).replica is pool.replicas[0]  # still up
+    assert not RemoteAnswer(ended='failed', status=503).refused_goal

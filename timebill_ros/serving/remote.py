@@ -98,6 +98,13 @@ class RemoteAnswer:
     started: float = 0.0
     finished: float = 0.0
     prompt_tokens: int = 0
+    status: int = 0  # the replica's HTTP status (0: none came)
+
+    @property
+    def refused_goal(self) -> bool:
+        """Tell whether the replica refused this goal itself (an HTTP 4xx: too long a
+        prompt, a bad schema), which another replica of the pool would refuse too."""
+        return 400 <= self.status < 500 and self.status not in (408, 429)
 
     def itl_s(self) -> list:
         """Return the inter-token latencies the stream showed."""
@@ -156,6 +163,7 @@ class _Stream:
                     self.response = response
                     if self.stopped:  # killed before the replica answered: abort now
                         return
+                answer.status = response.status_code
                 if response.status_code != 200:
                     response.read()
                     answer.ended = 'failed'
@@ -501,7 +509,7 @@ class ReplicaPool:
         """Take a goal off ``replica``: learn its timing, or mark the replica down."""
         with self._lock:
             replica.inflight.remove(goal)
-        if answer.ended == 'failed':
+        if answer.ended == 'failed' and not answer.refused_goal:
             self.mark_down(replica, answer.error)
         else:
             replica.timing.observe(goal.prompt_tokens, goal.load, answer)

@@ -200,6 +200,10 @@ class RemoteServer:
             answer = joined(answer, part) if answer.tokens else part
             if part.ended != 'failed':
                 return self._result(job, replica.url, answer, started, failures)
+            if part.refused_goal and not answer.tokens:  # the goal's fault, not the replica's
+                return ended_before_start(job.clock, Outcome.REJECTED,
+                                          f'replica {replica.url} refused the goal: '
+                                          f'{part.error}', job.plan)
             failures.append(f'replica {replica.url} failed after {answer.tokens} tokens: '
                             f'{part.error}')
             structured = job.request.output.json_schema or job.request.output.grammar
