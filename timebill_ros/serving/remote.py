@@ -102,8 +102,10 @@ class RemoteAnswer:
 
     @property
     def refused_goal(self) -> bool:
-        """Tell whether the replica refused this goal itself (an HTTP 4xx: too long a
-        prompt, a bad schema), which another replica of the pool would refuse too."""
+        """Tell whether the replica refused the goal itself (HTTP 4xx).
+
+        Too long a prompt or a bad schema: another replica of the pool would refuse it too.
+        """
         return 400 <= self.status < 500 and self.status not in (408, 429)
 
     def itl_s(self) -> list:
@@ -390,7 +392,7 @@ class Route:
     stand_in: str = ''
 
     def __post_init__(self):
-        """Default the timing to the replica's own."""
+        """Take the replica's own timing when none is given."""
         if self.timing is None and self.replica is not None:
             object.__setattr__(self, 'timing', self.replica.timing)
 
