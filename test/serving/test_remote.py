@@ -63,7 +63,7 @@ def test_a_goal_waits_only_for_the_prefill_ahead_of_it_by_deadline():
     early = pool.started(replica, deadline=2.0, prompt_tokens=30)
     assert late.load == Load(0, 0, 0) and early.load == Load(1, 0, 0)
     assert replica.load(5.0) == Load(2, 1, 30) and replica.load(10.0) == Load(2, 2, 2030)
-    pool.first_token(late)  # its prefill is done: it no longer holds up those behind
+    pool.token(late)  # its first token: its prefill no longer holds up those behind
     assert replica.load(10.0) == Load(2, 2, 30)
     pool.ended(replica, RemoteAnswer(), late)
     assert replica.inflight == [early] and replica.running == 1

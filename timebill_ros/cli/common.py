@@ -36,6 +36,15 @@ def shipped_params() -> dict:
         return yaml.safe_load(handle)['/**']['ros__parameters']
 
 
+def param_pairs(pairs: list) -> dict:
+    """Return {name: value} of NAME=VALUE pairs, each value read as the node reads YAML."""
+    values = {}
+    for pair in pairs:
+        name, _, text = pair.partition('=')
+        values[name] = yaml.safe_load(text)
+    return values
+
+
 def write_outputs(out: Path, report: dict, markdown, plot) -> None:
     """Write bench.json, README.md (``markdown(report)``) and the plots; print the tables."""
     with open(out / 'bench.json', 'w', encoding='utf-8') as handle:

@@ -518,22 +518,15 @@ def planner_overrides(pairs: list) -> dict:
     from timebill_ros.core.planner_settings import PlannerSettings
     known = set(PlannerSettings.__dataclass_fields__)
     overrides = {}
-    for pair in pairs:
-        name, _, text = pair.partition('=')
+    for name, value in common.param_pairs(pairs).items():
         if name not in known:
-            raise SystemExit(f'--set {pair}: {name!r} is not a planner setting '
+            raise SystemExit(f'--set {name}: not a planner setting '
                              f'({", ".join(sorted(known))})')
         try:
-            overrides[name] = getattr(NodeConfig.from_dict({name: yaml_value(text)}), name)
+            overrides[name] = getattr(NodeConfig.from_dict({name: value}), name)
         except ValueError as exc:
-            raise SystemExit(f'--set {pair}: {exc}') from exc
+            raise SystemExit(f'--set {name}={value}: {exc}') from exc
     return overrides
-
-
-def yaml_value(text: str):
-    """Return ``text`` read as a YAML scalar (numbers and booleans as the node reads them)."""
-    import yaml
-    return yaml.safe_load(text)
 
 
 def main(argv=None) -> int:

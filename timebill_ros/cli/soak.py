@@ -252,7 +252,6 @@ def main(argv=None) -> int:
     parser.add_argument('--seed', type=int, default=5)
     parser.add_argument('--out', default=None, help=common.OUT_HELP)
     args = parser.parse_args(argv)
-    import yaml
     from timebill_ros.cli.common import machine, shipped_params, write_outputs
     from timebill_ros.tools import bags
     import rclpy
@@ -262,9 +261,7 @@ def main(argv=None) -> int:
     params = shipped_params()
     if args.model:
         params['model'] = args.model
-    for pair in args.param:
-        name, _, value = pair.partition('=')
-        params[name] = yaml.safe_load(value)
+    params.update(common.param_pairs(args.param))
     out = common.claim_out(args.out, 'soak')
     started = time.monotonic()
     ours = not rclpy.ok()

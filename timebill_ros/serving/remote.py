@@ -495,13 +495,11 @@ class ReplicaPool:
             replica.inflight.append(goal)
             return goal
 
-    def first_token(self, goal: InFlight) -> None:
-        """Note that ``goal``'s prefill is done (it no longer delays those behind)."""
-        with self._lock:
-            goal.prefilled = True
-
     def token(self, goal: InFlight) -> None:
-        """Note a token of ``goal`` streamed now (the first ends its prefill)."""
+        """Note a token of ``goal`` streamed now.
+
+        The first ends its prefill: it no longer delays the goals behind it.
+        """
         now = self.clock()
         with self._lock:
             goal.prefilled = True
