@@ -8,7 +8,7 @@ from timebill_ros.core.length import observed_distribution
 from timebill_ros.core.request import Rejection
 from timebill_ros.serving.remote import Load, RemoteAnswer, ReplicaPool
 from timebill_ros.serving.remote_admission import (
-    expected_lengths, fit_probability, LengthBasis, plan_on_pool)
+    chance_after, expected_lengths, fit_probability, LengthBasis, plan_on_pool)
 
 CONFIG = SimpleNamespace(plan_quantile=0.9, admit_probability=0.001, yield_when_late=True,
                          idle_best_effort=False)
@@ -54,15 +54,58 @@ def test_no_chance_is_refused_with_the_prediction():
         plan_on_pool(pool_of(), LengthBasis(None, 10.0), 40, 64, 0.3, CONFIG)
 
 
-def test_a_goal_expected_to_miss_yields_only_when_others_share_the_replica():
+def running_there(pool, replica, deadline, expected=15, cap=64):
+    """Start a goal on ``replica`` whose answers run ``expected`` tokens, prefilled."""
+    basis = LengthBasis(observed_distribution([expected] * 20, [], cap), float(expected))
+    goal = pool.started(replica, deadline, 40, basis=basis, expected=expected, cap=cap)
+    goal.prefilled = True
+    return goal
+
+
+def test_a_goal_yields_when_it_would_cost_the_goals_there_more_than_its_chance():
     pool = pool_of()
-    # Alone: admitted (its answer may be short); Kill bounds it.
-    replica, plan = plan_on_pool(pool, LengthBasis(None, 20.0), 40, 64, 1.0, CONFIG)
-    assert plan.fit_probability == pytest.approx(6 / 40)  # 6 tokens fit; the mean is 20
-    pool.started(replica, deadline=0.5)
-    with pytest.raises(Rejection, match='yielding to the 1 goals running'):
-        plan_on_pool(pool, LengthBasis(observed_distribution([3, 20, 20], [], 64), 20.0), 40,
-                     64, 1.0, CONFIG)
+    # Alone: admitted with its chance (6 tokens fit, uniform up to twice the mean of 20).
+    plan = plan_on_pool(pool, LengthBasis(None, 20.0), 40, 64, 1.0, CONFIG)[1]
+    assert plan.fit_probability == pytest.approx(6 / 40)
+    replica = pool.replicas[0]
+    replica.timing.ttft_coef[1] = 0.001  # a prompt token prefills in 1 ms
+    replica.timing.itl_coef[1] = 0.05  # each goal beside adds 50 ms a step
+    running_there(pool, replica, deadline=3.0)  # 15 tokens left to stream, 30 fit alone
+    thirds = LengthBasis(observed_distribution([3, 20, 20] * 7, [], 64), 20.0)
+    # A 1,500-token prompt delays its 15 tokens by 1.5 s: 10 fit then, a sure deadline
+    # lost for a third of one (14 of its own tokens fit).
+    with pytest.raises(Rejection, match='yielding to the 1 goals running.*cost them 1.00 '
+                                        'deadlines for its own chance 0.33'):
+        plan_on_pool(pool, thirds, 1500, 64, 4.0, CONFIG)
+    # A 40-token prompt costs it nothing: it joins, though its median answer misses.
+    plan = plan_on_pool(pool, thirds, 40, 64, 1.5, CONFIG)[1]
+    assert 0 < plan.fit_probability < 0.5 and 'expected to cost' not in plan.note
+
+
+def test_a_goal_beyond_a_replicas_seats_waits_for_the_first_to_end():
+    pool = pool_of(urls=('http://full:1', 'http://free:1'))
+    pool.seats = 1
+    full, free = pool.replicas
+    free.timing.itl_coef[0] = 0.2  # twice as slow a step, but a seat free
+    running_there(pool, full, deadline=2.0)  # ends in 15 x 0.1 s
+    route = pool.routes(40, 10, 5.0)[-1]
+    assert route.replica is full and route.wait_s == pytest.approx(1.5)
+    assert route.seconds == pytest.approx(1.5 + 0.5 + 9 * 0.1)
+    assert 'waiting for one of its 1 seats' in route.stand_in
+    replica, plan = plan_on_pool(pool, LengthBasis(None, 10.0), 40, 64, 5.0, CONFIG)
+    assert replica is free and plan.est_wcet_s == pytest.approx(0.5 + 9 * 0.2)
+    # A goal in flight ends by its Kill at the latest.
+    running_there(pool, free, deadline=0.7)
+    waits = {route.replica.url: route.wait_s for route in pool.routes(40, 10, 5.0)}
+    assert waits == {'http://full:1': pytest.approx(1.5), 'http://free:1': pytest.approx(0.7)}
+
+
+def test_the_chance_left_counts_only_answers_longer_than_the_tokens_streamed():
+    spread = LengthBasis(observed_distribution([10] * 10 + [30] * 10, [], 64), 20.0)
+    assert chance_after(spread, 20, 0, 20, 64) == pytest.approx(0.5, abs=0.05)
+    assert chance_after(spread, 20, 15, 20, 64) == pytest.approx(0.0, abs=0.05)
+    assert chance_after(spread, 20, 15, 40, 64) == pytest.approx(1.0, abs=0.05)
+    assert chance_after(spread, 20, 15, 64, 64) == 1.0 and chance_after(spread, 20, 15, 9, 64) == 0
 
 
 def test_every_replica_down_is_refused_with_their_errors():

@@ -52,6 +52,10 @@ _TABLE = (
           "(e.g. 'http://10.0.0.5:8000,http://10.0.0.6:8000')."),
     Param('vllm_model', 'smollm2', "backend 'vllm': the model name the replicas serve "
           '(--served-model-name).'),
+    Param('vllm_max_num_seqs', 8, "backend 'vllm': the requests each replica runs at once "
+          "(its --max-num-seqs; the fleet demo and benchmarks start them with 8): a goal "
+          'beyond them is planned to wait for one to end. 0: not known, none planned.', 0, 4096,
+          live=True),
     Param('dtype', 'float32', "Weight dtype; 'int8-dynamic' quantises the linear layers' "
           "weights and activations, 'int8-weight' their weights only (CPU only; its "
           "prefill is slower than float32's, so prefer auto_precision).",

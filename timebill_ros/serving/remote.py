@@ -267,13 +267,30 @@ class Load:
 
 @dataclass(eq=False)
 class InFlight:
-    """One goal on a replica: its deadline, its prompt, whether its prefill is done."""
+    """One goal on a replica: its deadline, its prompt, whether its prefill is done.
+
+    ``basis``, ``expected`` and ``cap``: its answer length as admission planned it (a
+    remote_admission.LengthBasis, the median, the token cap), so the goals admitted after
+    it can be weighed against its chance; ``tokens``: its tokens streamed so far.
+    """
 
     deadline: float
     prompt_tokens: int
     load: Load = Load()  # what it started beside
     prefilled: bool = False
     token_times: deque = field(default_factory=lambda: deque(maxlen=16))  # pool clock
+    started: float = 0.0  # pool clock
+    tokens: int = 0
+    basis: object = None
+    expected: int = 1
+    cap: int = 1
+
+    def rest_s(self, now: float, timing, beside: int) -> float:
+        """Return when it is predicted to end from ``now``: its answer, or its Kill."""
+        prefill = 0.0 if self.prefilled else max(
+            0.0, timing.ttft_s(self.prompt_tokens, self.load) - (now - self.started))
+        answer = prefill + max(0, self.expected - self.tokens) * timing.itl_s(beside)
+        return min(max(0.0, self.deadline - now), answer)
 
 
 class ReplicaTiming:
@@ -348,6 +365,10 @@ class ReplicaTiming:
             return 0
         return 1 + int(after_first / max(self.itl_s(load.running), 1e-6))
 
+    def prefill_s(self, prompt_tokens: int) -> float:
+        """Return the time a prompt's prefill adds to the steps of the goals beside it."""
+        return float(self.ttft_coef[1] * prompt_tokens)
+
 
 class LiveTiming:
     """A replica's fitted timing with its steps scaled to the gaps its streams show now."""
@@ -363,6 +384,10 @@ class LiveTiming:
     def itl_s(self, running: int) -> float:
         """Return the fitted time between tokens, scaled to the live gaps."""
         return self.fitted.itl_s(running) * self.factor
+
+    def prefill_s(self, prompt_tokens: int) -> float:
+        """Return the fitted prefill time a prompt adds to the steps beside it."""
+        return self.fitted.prefill_s(prompt_tokens)
 
     finish_s = ReplicaTiming.finish_s
     tokens_within = ReplicaTiming.tokens_within
@@ -382,7 +407,8 @@ class Route:
     """Where a goal would run: the replica, its predicted finish, and what that is timed on.
 
     ``timing``: the replica's own fit, scaled to the gaps its streams show now, or a
-    fresher peer's; ``stand_in`` says which (empty: the plain fit).
+    fresher peer's; ``stand_in`` says which (empty: the plain fit). ``wait_s``: how long
+    the goal waits for a seat there (``seconds`` includes it).
     """
 
     replica: object
@@ -390,6 +416,7 @@ class Route:
     load: Load
     timing: object = None
     stand_in: str = ''
+    wait_s: float = 0.0
 
     def __post_init__(self):
         """Take the replica's own timing when none is given."""
@@ -419,6 +446,19 @@ class Replica:
                 if a >= now - LIVE_WINDOW_S]
         return float(np.median(gaps)) if len(gaps) >= LIVE_MIN_GAPS else None
 
+    def seat_wait_s(self, now: float, timing, seats: int) -> float:
+        """Return how long a goal starting now waits for one of the replica's ``seats``.
+
+        vLLM runs at most ``--max-num-seqs`` requests; a request beyond them waits for
+        one to end (a waiting request does not preempt a running one: it is preempted only
+        when KV blocks run out). Each goal in flight ends by its answer or by its Kill.
+        """
+        beyond = self.running - seats
+        if seats <= 0 or beyond < 0:
+            return 0.0
+        ends = sorted(goal.rest_s(now, timing, self.running - 1) for goal in self.inflight)
+        return ends[beyond]
+
     def load(self, deadline: float) -> Load:
         """Return the load a goal with ``deadline`` would start beside."""
         ahead = [goal for goal in self.inflight if goal.deadline <= deadline]
@@ -429,29 +469,37 @@ class Replica:
 class ReplicaPool:
     """Route goals to replicas by predicted finish; mark failing ones down for a while."""
 
-    def __init__(self, urls, clock: Callable[[], float] = time.monotonic):
-        """Hold one Replica per URL (``http://host:port``)."""
+    def __init__(self, urls, clock: Callable[[], float] = time.monotonic, seats: int = 0):
+        """Hold one Replica per URL (``http://host:port``).
+
+        ``seats``: the requests each replica runs at once (its ``--max-num-seqs``; 0:
+        not known, no wait for a seat is predicted).
+        """
         self.replicas = [Replica(url.rstrip('/'), ReplicaTiming(clock)) for url in urls]
         self.clock = clock
+        self.seats = seats
         self._lock = threading.Lock()
 
-    def earliest(self, prompt_tokens: int, tokens: int, deadline: float = math.inf) -> Route:
-        """Return the Route of the earliest predicted finish among the replicas up.
+    def routes(self, prompt_tokens: int, tokens: int, deadline: float = math.inf) -> list:
+        """Return a Route through each replica up, earliest predicted finish first.
 
         A replica whose figures are stale (``STALE_S``) and that runs none of this node's
         goals is timed as its fastest peer would be: it gets the goal when that is the
         earliest, and its own figures are fresh again after it (exploration, bounded by
-        Kill). Route(None, inf, Load()) when every replica is down.
+        Kill).
         """
         now = self.clock()
         with self._lock:
             up = [replica for replica in self.replicas if replica.down_until <= now]
             routes = [self._route(replica, up, prompt_tokens, tokens, deadline, now)
                       for replica in up]
-        if not routes:
-            return Route(None, float('inf'), Load())
-        return min(routes, key=lambda route: (route.seconds, self.replicas.index(
+        return sorted(routes, key=lambda route: (route.seconds, self.replicas.index(
             route.replica)))
+
+    def earliest(self, prompt_tokens: int, tokens: int, deadline: float = math.inf) -> Route:
+        """Return the Route of the earliest predicted finish (Route(None, inf) if none up)."""
+        routes = self.routes(prompt_tokens, tokens, deadline)
+        return routes[0] if routes else Route(None, float('inf'), Load())
 
     def _route(self, replica: Replica, up: list, prompt_tokens: int, tokens: int,
                deadline: float, now: float) -> Route:
@@ -463,7 +511,12 @@ class ReplicaPool:
             factor = min(20.0, max(0.05, live / max(timing.itl_s(load.running - 1), 1e-6)))
             timing = LiveTiming(timing, factor)
             why = f'steps timed on the gaps streaming now ({1e3 * live:.0f} ms)'
-        route = Route(replica, timing.finish_s(prompt_tokens, tokens, load), load, timing, why)
+        wait = replica.seat_wait_s(now, timing, self.seats)
+        if wait > 0.0:
+            why = '; '.join(filter(None, (why, f'{wait:.3f} s waiting for one of its '
+                                               f'{self.seats} seats')))
+        route = Route(replica, wait + timing.finish_s(prompt_tokens, tokens, load), load,
+                      timing, why, wait)
         age = now - replica.timing.last_sample
         if replica.running or age < STALE_S:
             return route
@@ -488,10 +541,15 @@ class ReplicaPool:
             replica.last_error = why
 
     def started(self, replica: Replica, deadline: float = math.inf,
-                prompt_tokens: int = 0) -> InFlight:
-        """Count a goal in flight on ``replica``; return it (with the load beside it)."""
+                prompt_tokens: int = 0, **answer) -> InFlight:
+        """Count a goal in flight on ``replica``; return it (with the load beside it).
+
+        ``answer``: InFlight's answer fields (``tokens`` so far, ``basis``, ``expected``,
+        ``cap``).
+        """
         with self._lock:
-            goal = InFlight(deadline, prompt_tokens, replica.load(deadline))
+            goal = InFlight(deadline, prompt_tokens, replica.load(deadline),
+                            started=self.clock(), **answer)
             replica.inflight.append(goal)
             return goal
 
@@ -503,6 +561,7 @@ class ReplicaPool:
         now = self.clock()
         with self._lock:
             goal.prefilled = True
+            goal.tokens += 1
             goal.token_times.append(now)
 
     def ended(self, replica: Replica, answer: RemoteAnswer, goal: InFlight) -> None:

@@ -63,7 +63,7 @@ class RemoteServer:
             config, tokenizer, log, on_finished
         self.predictor = predictor
         urls = [u.strip() for u in config.vllm_endpoints.split(',') if u.strip()]
-        self.pool = ReplicaPool(urls)
+        self.pool = ReplicaPool(urls, seats=config.vllm_max_num_seqs)
         self.client = httpx.Client(limits=httpx.Limits(max_connections=256))
         self.learning = Learning(config.miss_window, 'replica')
         self.lock = threading.Lock()
@@ -245,8 +245,11 @@ class RemoteServer:
             if skip_next else None
         if watch is not None:
             watch.start()
-        on_replica = self.pool.started(replica, job.clock.deadline,
-                                       len(job.prompt_ids) + before.tokens)
+        on_replica = self.pool.started(
+            replica, job.clock.deadline, len(job.prompt_ids) + before.tokens,
+            tokens=before.tokens, basis=job.length_basis,
+            expected=max(1, job.plan.predicted_tokens + before.tokens),
+            cap=request.max_new_tokens)
         try:
             answer = stream_goal(self.client, replica.url, body, until, on_delta,
                                  lambda: bool(self.closing) or job.hooks.cancel_requested())
@@ -331,6 +334,7 @@ class RemoteServer:
     def reconfigure(self, config) -> None:
         """Put a new configuration (live parameters) in force for the next goals."""
         self.config = config
+        self.pool.seats = config.vllm_max_num_seqs
 
     def recalibrate(self, quick: bool):
         """Refuse: a replica's timing is learned from its streams, not calibrated."""
