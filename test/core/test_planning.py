@@ -557,3 +557,30 @@ def test_a_fidelity_a_point_or_two_lower_runs_when_its_answer_fits_more_surely()
     # The hedge changes the choice, not admission: the torch plan reports its own P(fit).
     torch = planner(fidelity_tolerance=0.0).plan(request, 45, 2.0)
     assert torch.fit_probability == 1.0 and torch.fits_tokens == 40
+
+
+def test_a_long_prompt_prefills_on_a_16_bit_copy_only_where_its_prefill_is_faster():
+    # 2,000 prompt tokens: 2 s to prefill at full precision; the answer itself is short.
+    fast = TimingModel(0.0, 0.4e-3, 0.0, 1e-5, 0.03)  # a copy prefilling 2.5x faster
+    slow = TimingModel(0.0, 3e-3, 0.0, 1e-5, 0.03)  # as bfloat16 on a CPU without AMX
+    effects = CutEffects(precision={'bfloat16': CutEffect(1.0, 0.95)})
+    request = req(Mode.AUTO, max_new=16)
+
+    def plan_with(copy, budget=1.5):
+        return make_planner(lambda: MODEL, Fixed(10), min_cut_saving=0.05, press='',
+                            precisions={'bfloat16': lambda: copy}, effects=effects).plan(
+            request, 2000, budget)
+    plan = plan_with(fast)
+    assert plan.prefill_precision == 'bfloat16' and plan.precision == 'bfloat16'
+    assert plan.est_prefill_s == pytest.approx(0.8) and plan.feasible
+    assert 'bfloat16 prefill and decoding' in plan.note
+    # Slower: never planned (the full model's prefill, 2.3 s in all, fits 3 s).
+    plan = plan_with(slow, 3.0)
+    assert plan.prefill_precision == '' and 'bfloat16 prefill skipped' in plan.note
+    with pytest.raises(Rejection, match='cannot meet the deadline'):
+        plan_with(slow)
+    # A measured row of its own is its effect when there is one.
+    from timebill_ros.core.cut_kinds import CopyPrefill, CutContext
+    context = CutContext({}, CutEffects(precision={'bfloat16': CutEffect(1.0, 0.95),
+                                                   'bfloat16-prefill': CutEffect(1.1, 0.8)}))
+    assert CopyPrefill('bfloat16').effect(context) == CutEffect(1.1, 0.8)

@@ -172,6 +172,43 @@ def test_a_16_bit_copy_decodes_on_a_cast_cache_as_a_model_built_at_16_bit(tiny):
     assert stats.switched_to == 'bfloat16' and got == reference(2)
 
 
+def test_a_16_bit_copy_prefills_a_plan_that_asks_and_leaves_the_prefix_cache_alone(tiny):
+    from transformers import DynamicCache
+    from timebill_ros.runtime.prefix_cache import PrefixCache
+    variant = precision_variant(tiny, 'bfloat16')
+    built = load_model('tiny-random', dtype='bfloat16')
+    prefixes = PrefixCache(block_tokens=4, max_bytes=1 << 24)
+    engine = Engine(tiny, variants={'bfloat16': variant}, prefill_chunk=8,
+                    prefix_cache=prefixes)
+    ids = prompt_ids(tiny.tokenizer, 'Report the battery level of every robot in bay three '
+                                     'and the charger each one is on, one line each.')
+    assert len(ids) > 16  # three chunks or more
+
+    def reference():  # prefill and every step by the model built at bfloat16, in one pass
+        tokens, cache = [], DynamicCache()
+        with torch.inference_mode():
+            out = built.model(input_ids=torch.tensor([ids]), past_key_values=cache,
+                              use_cache=True)
+            for index in range(5):
+                tokens.append(int(out.logits[0, -1].argmax()))
+                out = built.model(input_ids=torch.tensor([[tokens[-1]]]),
+                                  past_key_values=cache,
+                                  position_ids=torch.tensor([[len(ids) + index]]),
+                                  use_cache=True)
+        return tokens
+    plan = Plan(precision='bfloat16', prefill_precision='bfloat16')
+    cache, _, stats = engine.prefill(ids, plan)
+    assert cache.layers[0].keys.dtype == torch.bfloat16 and stats.prefix_tokens == 0
+    assert len(prefixes) == 0  # bfloat16 keys are not the float32 model's prefix
+    got = []
+    generate(engine, ids, 5, plan, lambda event: got.append(event.token_id) or True)
+    assert got == reference()
+    engine.prefill(ids, Plan())  # the float32 prefill stores its blocks as before
+    assert len(prefixes) > 0
+    with pytest.raises(ValueError, match='no resident float16 variant'):
+        engine.prefill(ids, Plan(prefill_precision='float16'))
+
+
 def test_16_bit_variants_say_where_they_run(tiny):
     with pytest.raises(ModelLoadError, match='float16 decoding runs on CUDA'):
         precision_variant(tiny, 'float16')

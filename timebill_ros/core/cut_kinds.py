@@ -21,6 +21,9 @@ from timebill_ros.core.timing import TimingModel, with_cached_prefix, worst_case
 
 # Plan.precision of a per-layer mix (Plan.precision_mix names the lowered units).
 MIXED = 'mixed'
+# Resident copies whose prefill may be faster than the full model's: 16-bit matrix
+# units (AMX, avx512_bf16, GPUs). An int8 copy's prefill is slower on the CPUs seen.
+SIXTEEN_BIT = ('bfloat16', 'float16')
 
 
 @dataclass(frozen=True)
@@ -218,6 +221,30 @@ class Precision(Cut):
 
     def describe(self, ctx):
         return _with(self._evicting() + [f'{self.precision} decoding'])
+
+
+@dataclass(frozen=True)
+class CopyPrefill(Precision):
+    """The whole goal on a resident 16-bit copy: its prefill as well as its decode steps.
+
+    Planned where the copy's own profiled prefill is faster (the too-small rule leaves
+    it out elsewhere), for prompts whose prefill is what does not fit. Its effect is the
+    measured row ``<precision>-prefill`` of ``cut_effects``, else the copy's decode row.
+    """
+
+    def prefill_s(self, ctx, model, n_x):
+        return ctx.model_of(self.precision).prefill(n_x) + self._press_s(ctx, n_x)
+
+    def effect(self, ctx):
+        own = ctx.effects.precision.get(f'{self.precision}-prefill')
+        return _product(ctx.effects.of_eviction(self.alpha),
+                        own or ctx.effects.of_precision(self.precision))
+
+    def describe(self, ctx):
+        return _with(self._evicting() + [f'{self.precision} prefill and decoding'])
+
+    def plan_fields(self, ctx):
+        return {'prefill_precision': self.precision}
 
 
 @dataclass(frozen=True)
@@ -424,6 +451,8 @@ def cut_of(plan, ctx: CutContext, held: int = 0) -> Cut:
                               if ctx.mix is not None else None)
     if plan.precision in ctx.engines:
         return OtherEngine(plan.precision, plan.mode, held)
+    if plan.prefill_precision:
+        return CopyPrefill(plan.prefill_precision, plan.mode, plan.eviction_ratio)
     if plan.precision:
         return Precision(plan.precision, plan.mode, plan.eviction_ratio)
     if plan.mode == Mode.EARLY_EXIT:

@@ -8,7 +8,8 @@ from typing import Callable, Protocol
 
 from timebill_ros.core.cut_kinds import (  # noqa: F401 (EarlyExitConfig, MixConfig, MIXED
     Cut, cut_of, CutContext, EarlyExit, EarlyExitConfig, Eviction,  # are imported from here)
-    FallbackSwitch, Goal, MIXED, MixConfig, MixedPrecision, OtherEngine, Precision)
+    CopyPrefill, FallbackSwitch, Goal, MIXED, MixConfig, MixedPrecision, OtherEngine, Precision,
+    SIXTEEN_BIT)
 from timebill_ros.core.cuts import CutEffects
 from timebill_ros.core.early_exit import p99_tpot_estimate, schedulable
 from timebill_ros.core.eviction import press_skip_reason
@@ -94,6 +95,9 @@ class Plan:
     note: str = ''
     # Weight precision of the decode steps ('' = the node's own dtype).
     precision: str = ''
+    # A resident copy that runs the prefill too ('' = the node's own model): a 16-bit
+    # copy where the CPU (AMX, avx512_bf16) or GPU prefills faster at 16 bits.
+    prefill_precision: str = ''
     # A faster precision the decode switches to when the time left runs short.
     fallback: Fallback | None = None
     # precision MIXED: the units (decoder layers 0.., then the LM head) decoding at the
@@ -410,6 +414,8 @@ class TimeBillPlanner:
         candidates = []
         if request.mode == Mode.AUTO and not request.precision:
             candidates += [(Precision(p), p) for p in self.precisions]
+            candidates += [(CopyPrefill(p), f'{p} prefill') for p in self.precisions
+                           if p in SIXTEEN_BIT]
             if self.mix is not None:
                 cuts.append(MixedPrecision())  # the DP solves the mix
             if self.context.early_exit is not None and settings.auto_early_exit:

@@ -88,7 +88,7 @@ def plan_to_msg(plan: Plan) -> InferencePlan:
         token_deadline_s=float(plan.token_deadline_s),
         est_p99_tpot_s=float(plan.est_p99_tpot_s), utilisation=float(plan.utilisation),
         fit_probability=float(plan.fit_probability), note=plan.note,
-        precision=plan.precision,
+        precision=plan.precision, prefill_precision=plan.prefill_precision,
         fallback_precision=plan.fallback.precision if plan.fallback else '',
         precision_mix=plan.precision_text, lowered_units=len(plan.precision_mix))
 

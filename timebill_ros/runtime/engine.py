@@ -14,7 +14,7 @@ import time
 from typing import Callable, Sequence
 
 from timebill_ros.core.execution import FULL_LANE, GenerationStats, PrefillDecision
-from timebill_ros.core.planning import MIXED, Plan
+from timebill_ros.core.planning import MIXED, Plan, SIXTEEN_BIT
 from timebill_ros.core.request import Mode
 from timebill_ros.runtime.batch import BatchDecoder
 from timebill_ros.runtime.early_exit import ExitLane
@@ -195,6 +195,14 @@ class Engine:
             raise ValueError(f'no resident {plan.precision} variant of the model')
         return self.variants[plan.precision].model
 
+    def prefill_model(self, plan: Plan):
+        """Return the module that prefills the plan's prompt (ValueError if absent)."""
+        if not plan.prefill_precision or plan.prefill_precision == self.loaded.dtype:
+            return self.loaded.model
+        if plan.prefill_precision not in self.variants:
+            raise ValueError(f'no resident {plan.prefill_precision} variant to prefill on')
+        return self.variants[plan.prefill_precision].model
+
     def warm_up(self, tokens: int = 4, press: str = '') -> None:
         """Run short prefills and decode steps so the first real goal pays no lazy-init cost.
 
@@ -207,6 +215,8 @@ class Engine:
         self._warm(ids, tokens, Plan())
         for precision in self.variants:
             self._warm(ids, tokens, Plan(precision=precision))
+            if precision in SIXTEEN_BIT:
+                self._warm(ids, tokens, Plan(precision=precision, prefill_precision=precision))
         if press and self.press_for_plan:
             # Longer than SnapKV's 64-token observation window. Then, chunked (kvpress
             # imported by now), a prompt whose last chunk measures what a press adds.
@@ -236,7 +246,7 @@ class Engine:
         a ``total``-token one when ``chunked``); only the last position's logits are kept.
         Return (output, plan, the chunked presses that ran: each timed in ``spent_s``).
         """
-        model = self.loaded.model
+        model = self.prefill_model(plan)
         made: list = []
 
         def press_of(chosen: Plan):
@@ -318,7 +328,12 @@ class TorchPrefill:
         may_press = plan.eviction_ratio > 0.0 or (decide is not None and plan.mode != Mode.NONE)
         last_min = self.LAST_CHUNK_MIN if may_press else 0
         self.cache, self.logits, self.stats = DynamicCache(), None, GenerationStats()
-        self.tokens_done = self._reuse(engine.prefix_cache, max(1, last_min))
+        self.model = engine.prefill_model(plan)
+        # The prefix cache holds the main model's keys and values: a copy's prefill
+        # neither reuses nor stores them.
+        self.prefix_cache = None if self.model is not engine.loaded.model \
+            else engine.prefix_cache
+        self.tokens_done = self._reuse(self.prefix_cache, max(1, last_min))
         self.stats.prefix_tokens = self.tokens_done
         self.bounds = [(self.tokens_done + b, self.tokens_done + e) for b, e in
                        chunk_bounds(self.total - self.tokens_done, chunk, last_min)]
@@ -335,7 +350,7 @@ class TorchPrefill:
 
     def _store(self, upto: int) -> None:
         """Keep the uncompressed blocks of the first ``upto`` prompt tokens for later goals."""
-        prefix_cache = self.engine.prefix_cache
+        prefix_cache = self.prefix_cache
         if prefix_cache is not None and upto >= prefix_cache.block_tokens:
             prefix_cache.store(self.ids, [(layer.keys, layer.values)
                                           for layer in self.cache.layers], upto)
@@ -372,8 +387,8 @@ class TorchPrefill:
                                device=engine.loaded.device)
             t0 = engine.clock()
             if end < self.total:
-                engine.loaded.model(input_ids=ids, past_key_values=self.cache, use_cache=True,
-                                    logits_to_keep=1)
+                self.model(input_ids=ids, past_key_values=self.cache, use_cache=True,
+                           logits_to_keep=1)
             else:
                 self._last_chunk(ids, begin)
             synchronize(engine.loaded.device)

@@ -133,11 +133,13 @@ def _options(pool, basis: LengthBasis, prompt_tokens: int, expected: int, cap: i
 
 
 def plan_on_pool(pool, basis: LengthBasis, prompt_tokens: int, cap: int,
-                 left_s: float, config) -> tuple:
+                 left_s: float, config, moving: bool = False) -> tuple:
     """Return (replica, Plan) for a goal with ``left_s`` seconds left; raise Rejection.
 
     The goal goes where it adds the most expected deadlines met: its own chance there
     less what it costs the goals already there (ties: the earliest predicted finish).
+    ``moving``: the goal was admitted and its replica failed; it does not yield (it
+    would end FAILED for a planning choice), only a goal with no chance left is refused.
     """
     expected, planned = expected_lengths(basis, cap, config.plan_quantile)
     options = _options(pool, basis, prompt_tokens, expected, cap, left_s)
@@ -161,7 +163,7 @@ def plan_on_pool(pool, basis: LengthBasis, prompt_tokens: int, cap: int,
     best = max(admissible, key=lambda o: (round(o.gain, 3), -o.route.seconds))
     route, fit, chance = best.route, best.fit, best.chance
     replica, seconds, load, timing = route.replica, route.seconds, route.load, route.timing
-    if config.yield_when_late and load.running > 0 and best.gain < 0.0:
+    if config.yield_when_late and not moving and load.running > 0 and best.gain < 0.0:
         raise Rejection(f'yielding to the {load.running} goals running on {replica.url}: '
                         f'joining them is expected to cost them {best.cost:.2f} deadlines '
                         f'for its own chance {chance:.2f} ({seconds:.3f} s for a {words}, '

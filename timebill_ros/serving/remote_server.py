@@ -91,8 +91,11 @@ class RemoteServer:
 
     # -- admission --------------------------------------------------------------------
 
-    def _plan(self, job: Job, done_tokens: int = 0) -> tuple:
-        """Return (replica, plan) for the goal's tokens left now; raise Rejection."""
+    def _plan(self, job: Job, done_tokens: int = 0, moving: bool = False) -> tuple:
+        """Return (replica, plan) for the goal's tokens left now; raise Rejection.
+
+        ``moving``: its replica failed (plan_on_pool: it does not yield to others).
+        """
         if job.length_basis is None:
             job.length_basis = self._length_basis(job)
         basis = job.length_basis
@@ -100,7 +103,7 @@ class RemoteServer:
             basis = replace(basis, predicted=max(1, basis.predicted - done_tokens))
         return plan_on_pool(self.pool, basis, len(job.prompt_ids) + done_tokens,
                             job.request.max_new_tokens - done_tokens, job.clock.remaining(),
-                            self.config)
+                            self.config, moving)
 
     def _length_basis(self, job: Job) -> LengthBasis:
         """Return what the goal's answer length is planned on, decided once per goal.
@@ -210,7 +213,7 @@ class RemoteServer:
             try:
                 if answer.tokens and structured:
                     raise Rejection('a structured answer cannot be continued elsewhere')
-                replica, job.plan = self._plan(job, answer.tokens)
+                replica, job.plan = self._plan(job, answer.tokens, moving=True)
             except Rejection as exc:
                 why = '; '.join(failures) + f'; not moved: {exc.reason}'
                 if not answer.tokens:  # nothing ran: refused, with why
