@@ -80,3 +80,18 @@ def test_a_foreign_or_unreadable_profile_is_ignored_with_a_warning(tmp_path, syn
     assert artifacts.stored_profile(log, path, TINY, 0, True) is None
     assert 'cannot read profile' in log.lines[-1][1]
     assert artifacts.stored_profile(log, tmp_path / 'none.yaml', TINY, 0, True) is None
+
+
+def test_a_profile_timed_on_another_machine_is_timed_again(tmp_path, synthetic_profile):
+    from timebill_ros.runtime.model import machine_of
+    path, log = tmp_path / 'profile.yaml', Log()
+    profile = synthetic_profile()
+    profile.versions = {'machine': 'Some CPU: avx2'}  # e.g. one name, without AVX-512
+    profile.save(path)
+    assert artifacts.stored_profile(log, path, TINY, 0, True) is None
+    assert log.lines[-1][1].startswith(f'{path} was measured on Some CPU: avx2, this is '
+                                       f'{machine_of("cpu")}: recalibrating')
+    assert artifacts.stored_profile(log, path, TINY, 0, False) is not None  # no recalibration
+    profile.versions = {'machine': machine_of('cpu')}
+    profile.save(path)
+    assert artifacts.stored_profile(log, path, TINY, 0, True) is not None

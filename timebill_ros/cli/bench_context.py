@@ -32,7 +32,7 @@ import sys
 import time
 
 from timebill_ros.cli.bench_robot import Bench
-from timebill_ros.cli.common import commit, machine, shipped_params, stamped_log
+from timebill_ros.cli.common import commit, machine, param_pairs, shipped_params, stamped_log
 from timebill_ros.core.request import Mode
 from timebill_ros.evaluation import metrics, tasks
 
@@ -46,13 +46,13 @@ STRATEGIES = {'NONE': {'mode': int(Mode.NONE)},
 class Nodes(Bench):
     """Two nodes (A: no prefix cache, B: prefix cache) and a client each (``stop``: Bench's)."""
 
-    def start(self) -> None:
-        """Start both nodes with the shipped parameters."""
+    def start(self, overrides: dict | None = None) -> None:
+        """Start both nodes with the shipped parameters (and ``overrides`` of them)."""
         from timebill_ros.tools.client import InstructClient
         from timebill_ros.tools.process import NodeProcess
         for name, cache_mb in (('A', 0), ('B', 512)):
             self.log(f'starting node {name} (prefix_cache_mb {cache_mb}) ...')
-            params = {**shipped_params(), 'prefix_cache_mb': cache_mb,
+            params = {**shipped_params(), **(overrides or {}), 'prefix_cache_mb': cache_mb,
                       'max_budget_s': 600.0}
             self.nodes[name] = NodeProcess(params, ready_timeout=900,
                                            namespace=NAMESPACES[name])
@@ -274,6 +274,9 @@ def main(argv=None) -> int:
                         help='item kinds in turn: needle, squad, status, route (comma-separated)')
     parser.add_argument('--parts', default='tiers,stall,repeated',
                         help='which parts to run (comma-separated)')
+    parser.add_argument('--param', action='append', default=[], metavar='NAME=VALUE',
+                        help="a node parameter other than config/timebill.yaml's, on both "
+                        'nodes (repeatable; e.g. auto_precision=bfloat16)')
     parser.add_argument('--out', required=True, help='a new results folder')
     parser.add_argument('--report-partial', action='store_true',
                         help='write the report of a run stopped early from OUT/partial.json '
@@ -308,7 +311,7 @@ def main(argv=None) -> int:
                                        'tiers': tiers, 'loose': loose,
                                        'records': records}, default=str) + '\n')
     try:
-        nodes.start()
+        nodes.start(param_pairs(args.param))
         loose, records = run_tiers(nodes, items, tiers, log, save) \
             if 'tiers' in parts else ({}, [])
         longest = max(items, key=lambda item: item.prompt_tokens)

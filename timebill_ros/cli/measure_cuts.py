@@ -29,6 +29,7 @@ from timebill_ros.serving.loop import generate
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / 'timebill_ros' / 'data' / 'cut_effects.json'  # = core.cuts.SHIPPED
 PRECISIONS = ('int8-dynamic', 'int8-weight')
+SIXTEEN_BIT = ('bfloat16',)  # = core.cut_kinds.SIXTEEN_BIT on a CPU (float16 needs CUDA)
 LLAMA_FORMATS = ('f16', 'q8_0', 'q4_k_m', 'q4_1')  # = core.config.LLAMA_FORMATS
 
 
@@ -57,7 +58,9 @@ def main(argv=None) -> int:
     parser.add_argument('--press', default='snapkv')
     parser.add_argument('--alphas', type=float, nargs='*', default=[0.3, 0.6, 0.9])
     parser.add_argument('--precisions', nargs='*', default=list(PRECISIONS),
-                        choices=PRECISIONS)
+                        choices=PRECISIONS + SIXTEEN_BIT,
+                        help='low precisions to decode at; a 16-bit one is also measured '
+                        'prefilling the prompt (row <precision>-prefill)')
     parser.add_argument('--engines', nargs='*', default=[], choices=LLAMA_FORMATS,
                         help='llama.cpp GGUF formats to measure as engine options (their '
                         'rows are named llama.cpp-<format>)')
@@ -109,6 +112,8 @@ def main(argv=None) -> int:
     if args.limit:
         items = items[:args.limit]
     cuts = {low: Plan(precision=low) for low in (*args.precisions, *options)}
+    cuts.update({f'{low}-prefill': Plan(precision=low, prefill_precision=low)
+                 for low in args.precisions if low in SIXTEEN_BIT})
     for alpha in args.alphas:
         cuts[f'evict {alpha:g}'] = Plan(mode=Mode.EVICTION, eviction_ratio=alpha,
                                         press=args.press)
@@ -151,7 +156,8 @@ def main(argv=None) -> int:
     source = (f'measure_cuts on {len(rows)} robot train items, model {loaded.name}, '
               f'press {args.press}, {time.strftime("%Y-%m-%d")}')
     precision = {low: CutEffect(summary[low]['length_factor'], min(1.0, summary[low]['quality']))
-                 for low in (*args.precisions, *options) if low in summary}
+                 for low in (*args.precisions, *options, *(f'{p}-prefill' for p in SIXTEEN_BIT))
+                 if low in summary}
     ratios = tuple(a for a, _ in evictions)
     eviction = tuple(CutEffect(s['length_factor'], min(1.0, s['quality']))
                      for _, s in evictions)

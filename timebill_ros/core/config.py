@@ -172,7 +172,9 @@ _TABLE = (
           "answers differ from the full model's (often longer) and the layer-wise step saves "
           'less than the profile says (README, results/robot).'),
     Param('auto_precision', 'int8', "A lower precision MODE_AUTO may decode at when the "
-          "full model's answer is unlikely to fit; the prefill stays float32. 'int8': at "
+          "full model's answer is unlikely to fit; the prefill stays float32, except on a "
+          "16-bit copy whose profiled prefill is faster (AMX, avx512_bf16, CUDA): there "
+          "a long prompt may prefill on it too (plan.prefill_precision). 'int8': at "
           "start, build both int8 copies of a float32 CPU model; both are options, each "
           "with its own profile and fidelity, and their timed decode steps pick the lead "
           "(the mid-answer switch's target and the per-layer mix's low precision): "

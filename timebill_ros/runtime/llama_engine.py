@@ -467,6 +467,7 @@ def llama_grid(quick: bool):
 def calibrate_llama(engine: LlamaEngine, grid, name: str) -> object:
     """Measure one option's chunked prefill and decode steps; return its fitted Profile."""
     import platform
+    from timebill_ros.runtime.model import machine_of
     from timebill_ros.runtime.profiler import fitted_profile
     prefill = time_prefill(engine, (*grid.prefill_fit, *grid.prefill_heldout), grid.repeats,
                            grid.warmup)
@@ -477,4 +478,5 @@ def calibrate_llama(engine: LlamaEngine, grid, name: str) -> object:
                           versions={'llama_cpp': llama_cpp.__version__,
                                     'python': platform.python_version(),
                                     'chunk': engine.model.chunk, 'kv': KV_LAYOUT,
-                                    'gguf': engine.model.path.name})
+                                    'gguf': engine.model.path.name,
+                                    'machine': machine_of('cpu')})

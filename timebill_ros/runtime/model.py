@@ -6,6 +6,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 import importlib.util
 import os
+import platform
 from pathlib import Path
 import shutil
 import tempfile
@@ -306,6 +307,35 @@ def match_cache(cache, model):
             if hasattr(layer, 'dtype'):
                 layer.dtype = dtype
     return cache
+
+
+# CPU features that change which precision is fast: a profile timed without them
+# misleads on a machine with them, and the other way round.
+SPEED_FLAGS = ('avx2', 'avx512f', 'avx512_vnni', 'avx512_bf16', 'amx_bf16', 'amx_int8')
+
+
+def machine_of(device: str) -> str:
+    """Return what a timing profile was measured on: the CPU and its speed flags, or the GPU.
+
+    Machines of one name differ (an AMD EPYC VM with avx512_bf16 prefills at bfloat16
+    1.5-1.9x faster than at float32; one without, slower), so the flags are part of it.
+    """
+    if str(device).startswith('cuda'):
+        import torch
+        return f'cuda: {torch.cuda.get_device_name(device)}'
+    name, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open('/proc/cpuinfo', encoding='utf-8') as handle:
+            for line in handle:
+                key, _, value = line.partition(':')
+                if key.strip() == 'model name':
+                    name = value.strip()
+                elif key.strip() == 'flags':
+                    flags = set(value.split())
+                    break
+    except OSError:
+        pass
+    return f"{name}: {','.join(flag for flag in SPEED_FLAGS if flag in flags) or 'baseline'}"
 
 
 def synchronize(device: str) -> None:

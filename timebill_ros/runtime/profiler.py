@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 from timebill_ros.core.profile import Profile
 from timebill_ros.core.timing import (
     ape, fewest_threads, fit_batch, fit_decode, fit_prefill, mape, TimingModel)
-from timebill_ros.runtime.model import intra_op_threads, LoadedModel, synchronize
+from timebill_ros.runtime.model import intra_op_threads, LoadedModel, machine_of, synchronize
 from timebill_ros.runtime.prefill import chunk_bounds
 
 
@@ -221,7 +221,7 @@ def calibrate(loaded: LoadedModel, grid: Grid = Grid(), progress: bool = True,
                   'python': platform.python_version(),
                   'threads': torch.get_num_threads(),
                   'decode_threads': decode_threads or torch.get_num_threads(),
-                  'prefill_chunk': prefill_chunk},
+                  'prefill_chunk': prefill_chunk, 'machine': machine_of(loaded.device)},
         layer_times=layer_times,
         batch_points=[[int(b), float(k), float(t)] for b, k, t in batch_points],
         batch_coefficients=batch_fit.as_list() if batch_fit else [])

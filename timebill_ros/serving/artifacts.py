@@ -15,7 +15,7 @@ from timebill_ros.core.planning import MaxTokensPredictor
 from timebill_ros.core.precision import shipped_unit_kl, UnitKL
 from timebill_ros.core.profile import Int8Pick, Profile
 from timebill_ros.runtime.exit_heads import ExitHeads, SHIPPED_EXIT_HEADS
-from timebill_ros.runtime.model import FLOAT32_ACTIVATIONS
+from timebill_ros.runtime.model import FLOAT32_ACTIVATIONS, machine_of
 from timebill_ros.runtime.precision import MixedModel
 from timebill_ros.runtime.predictor import load_predictor, SHIPPED_HEAD
 
@@ -89,6 +89,10 @@ def stored_profile(log: Log, path: Path, loaded, threads: int,
             # Steps timed at another thread count mislead the ETE by up to 2x.
             return (f'{path} timed decode steps at {profile.decode_threads()} '
                     f'thread(s), the node decodes with {threads}: recalibrating')
+        measured_on, here = profile.versions.get('machine'), machine_of(loaded.device)
+        if measured_on and measured_on != here and recalibrate:
+            # Which precision or engine is fast differs between machines of one name.
+            return f'{path} was measured on {measured_on}, this is {here}: recalibrating'
         timed = int(profile.versions.get('prefill_chunk', 0))
         if prefill_chunk is not None and timed != prefill_chunk and recalibrate:
             return (f'{path} timed prefills in passes of {timed or "all the"} tokens, the '

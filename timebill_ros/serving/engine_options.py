@@ -16,7 +16,7 @@ from timebill_ros.core.profile import Profile
 from timebill_ros.runtime.llama_engine import (
     calibrate_llama, gguf_variant, KV_LAYOUT, llama_grid, LlamaEngine, LlamaModel,
     LlamaUnavailable, option_name)
-from timebill_ros.runtime.model import cache_root, EMBEDDED_NAME, embedded_gguf
+from timebill_ros.runtime.model import cache_root, EMBEDDED_NAME, embedded_gguf, machine_of
 from timebill_ros.serving import artifacts
 from timebill_ros.serving.artifacts import Log
 
@@ -75,7 +75,8 @@ def option_profile(log: Log, engine: LlamaEngine, loaded, path: Path, config) ->
     made_for = SimpleNamespace(name=loaded.name, device='cpu', dtype=engine.option)
     profile = artifacts.stored_profile(log, path, made_for, 0, False)
     if profile is not None and config.calibrate_on_start and not _timed_as_run(profile, engine):
-        log.info(f'{path} was timed with another llama.cpp chunk or KV layout: recalibrating')
+        log.info(f'{path} was timed with another llama.cpp chunk or KV layout, or on '
+                 'another machine: recalibrating')
         profile = None
     if profile is not None or not config.calibrate_on_start:
         return profile
@@ -89,10 +90,14 @@ def option_profile(log: Log, engine: LlamaEngine, loaded, path: Path, config) ->
 
 
 def _timed_as_run(profile: Profile, engine: LlamaEngine) -> bool:
-    """Tell whether a stored option profile was timed with the option's chunk and KV layout."""
+    """Tell whether a stored option profile was timed with the option's chunk and KV layout.
+
+    And on this machine, where the profile says (one without the field predates it).
+    """
     versions = profile.versions
     return (int(versions.get('chunk', 0)) == engine.model.chunk
-            and versions.get('kv') == KV_LAYOUT)
+            and versions.get('kv') == KV_LAYOUT
+            and versions.get('machine', machine_of('cpu')) == machine_of('cpu'))
 
 
 def describe_regime(main, precisions: dict, engines: dict, prompt: int = 64,
