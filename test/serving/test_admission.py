@@ -91,3 +91,28 @@ def test_without_context_reduction_a_goal_whose_context_does_not_fit_is_refused(
             node.admit(spec(budget), 'refused')
     finally:
         node.stop(timeout_s=30.0)
+
+
+def test_an_admitted_goal_on_an_unsure_plan_takes_a_reduced_context_worth_more(
+        loaded, tmp_path):
+    from dataclasses import replace
+    node = server(loaded, tmp_path)
+    try:
+        admission, pipeline = node.admission, node.pipeline
+        sure = node.dry_run(spec(600.0))
+        assert sure.plan.fit_probability == 1.0 and sure.request.context == CONTEXT
+        with node.dispatch.lock:  # a sure plan is left as it is
+            admission._reduce_if_worth_more(sure, pipeline, 5, False)
+        assert sure.request.context == CONTEXT and not sure.context_note
+        # As a 16-bit prefill at P(fit) 0.3 would be: the half context fits surely
+        # (P(fit) 1 x fidelity 1 x its measured quality) and is worth more.
+        unsure = node.dry_run(spec(600.0))
+        unsure.plan = replace(unsure.plan, fit_probability=0.3)
+        with node.dispatch.lock:
+            admission._reduce_if_worth_more(unsure, pipeline, 5, False)
+        assert NEEDLE in unsure.request.context
+        assert len(unsure.request.context) < len(CONTEXT) and unsure.plan.fit_probability == 1
+        assert "against the whole context's 0.30" in unsure.context_note
+        assert unsure.plan.prompt_tokens == len(unsure.prompt_ids) < len(sure.prompt_ids)
+    finally:
+        node.stop(timeout_s=30.0)

@@ -17,7 +17,7 @@ from timebill_ros.core.context import ContextCutTable, KEEP_SHARES, reduce_conte
 from timebill_ros.core.deadline import closes_batch, DeadlineClock
 from timebill_ros.core.execution import PrefillDecision
 from timebill_ros.core.length import unpredicted
-from timebill_ros.core.planning import PENDING, Plan, TimeBillPlanner
+from timebill_ros.core.planning import cut_of, PENDING, Plan, TimeBillPlanner
 from timebill_ros.core.request import (
     check_prompt_fits, Mode, OverrunPolicy, Rejection, validate)
 from timebill_ros.core.scheduling import slot_starts
@@ -76,6 +76,7 @@ class Admission:
             dispatch.check_room_locked()
             try:
                 self._plan_in_queue(job, pipeline, known, pending)
+                self._reduce_if_worth_more(job, pipeline, known, pending)
             except Rejection as exc:
                 try:
                     self._reduce_context_or_raise(job, pipeline, known, pending, exc)
@@ -480,36 +481,89 @@ class Admission:
         (core.context.reduce_context) fits becomes the goal's prompt, with the reason in
         its plan's note; when none fits the goal is as it was and ``refused`` is raised.
         """
-        request = job.request
-        if not self.config.context_reduction or request.mode != Mode.AUTO \
-                or not request.context.strip():
+        if not self._may_reduce(job.request):
             raise refused
-        loaded = self.server.loaded
-        before = (request, job.prompt_ids, job.prefix_tokens, job.engine_prefix)
+        before = (job.request, job.prompt_ids, job.prefix_tokens, job.engine_prefix)
         for keep in KEEP_SHARES:
-            reduced = reduce_context(request.context, request.instruction, keep)
-            if reduced.kept >= reduced.total:
-                continue
-            job.request = replace(request, context=reduced.text)
-            job.prompt_ids = request_prompt_ids(loaded.tokenizer, job.request,
-                                                loaded.tokenizer_lock)
-            note_prefixes(job, pipeline)
-            job.plan = replace(job.plan, prompt_tokens=len(job.prompt_ids))
-            try:
-                self._plan_in_queue(job, pipeline, known, pending)
-            except Rejection:
-                continue
-            quality = self.context_cut.of(keep)
-            job.context_note = (
-                f'context reduced to the {reduced.kept} of {reduced.total} sentences BM25 '
-                f'ranks closest to the instruction ({keep:g} of its characters, '
-                f'{len(job.prompt_ids)} of {len(before[1])} prompt tokens'
-                + (f'; {quality:.0%} of right answers kept in measurement' if quality
-                   is not None else '') + f'): the whole context did not fit: '
-                f'{refused.reason}')
-            return
+            reduced = self._plan_on_share(job, pipeline, known, pending, before[0], keep)
+            if reduced is not None:
+                job.context_note = self._reduced_words(job, reduced, keep, len(before[1])) + \
+                    f': the whole context did not fit: {refused.reason}'
+                return
         job.request, job.prompt_ids, job.prefix_tokens, job.engine_prefix = before
         raise refused
+
+    def _reduce_if_worth_more(self, job: Job, pipeline, known, pending: bool) -> None:
+        """Plan an admitted MODE_AUTO goal on less context where that is worth more (lock).
+
+        A goal admitted on an unsure plan (a fast cut's low fidelity, a small P(fit)) is
+        planned on each reduced context too; the first whose P(fit) x fidelity x the
+        share's measured quality beats the whole context's P(fit) x fidelity is taken.
+        Without it, a cut that fits a little (a 16-bit prefill at P(fit) 0.2) kept goals
+        off the reduction that fits them surely.
+        """
+        whole = job.plan
+        if not self._may_reduce(job.request) or whole.fit_probability >= 1.0:
+            return
+        worth = whole.fit_probability * self._fidelity(whole, pipeline)
+        before = (job.request, job.prompt_ids, job.prefix_tokens, job.engine_prefix)
+        for keep in KEEP_SHARES:
+            reduced = self._plan_on_share(job, pipeline, known, pending, before[0], keep)
+            if reduced is None:
+                continue
+            quality = self.context_cut.of(keep)
+            reduced_worth = job.plan.fit_probability * self._fidelity(job.plan, pipeline) \
+                * (quality if quality is not None else 0.5)
+            if reduced_worth > worth:
+                job.context_note = self._reduced_words(job, reduced, keep, len(before[1])) + (
+                    f': worth {reduced_worth:.2f} against the whole context\'s {worth:.2f} '
+                    f'(P(fit) {whole.fit_probability:.2f} x fidelity '
+                    f'{self._fidelity(whole, pipeline):.2f})')
+                return
+        job.request, job.prompt_ids, job.prefix_tokens, job.engine_prefix = before
+        job.plan = whole
+
+    @staticmethod
+    def _fidelity(plan: Plan, pipeline) -> float:
+        """Return the measured fidelity of the cut ``plan`` runs under (1: no table)."""
+        context = getattr(pipeline.planner, 'context', None)
+        if context is None:
+            return 1.0
+        return cut_of(plan, context).effect(context).quality
+
+    def _may_reduce(self, request) -> bool:
+        return self.config.context_reduction and request.mode == Mode.AUTO \
+            and bool(request.context.strip())
+
+    def _plan_on_share(self, job: Job, pipeline, known, pending: bool, request,
+                       keep: float):
+        """Plan ``job`` on ``keep`` of ``request``'s context; return the reduction or None.
+
+        On None the job holds the reduced prompt still: the caller restores it.
+        """
+        reduced = reduce_context(request.context, request.instruction, keep)
+        if reduced.kept >= reduced.total:
+            return None
+        loaded = self.server.loaded
+        job.request = replace(request, context=reduced.text)
+        job.prompt_ids = request_prompt_ids(loaded.tokenizer, job.request,
+                                            loaded.tokenizer_lock)
+        note_prefixes(job, pipeline)
+        job.plan = replace(job.plan, prompt_tokens=len(job.prompt_ids))
+        try:
+            self._plan_in_queue(job, pipeline, known, pending)
+        except Rejection:
+            return None
+        return reduced
+
+    def _reduced_words(self, job: Job, reduced, keep: float, whole_tokens: int) -> str:
+        """Return the note's account of a reduced context (the caller adds why)."""
+        quality = self.context_cut.of(keep)
+        return (f'context reduced to the {reduced.kept} of {reduced.total} sentences BM25 '
+                f'ranks closest to the instruction ({keep:g} of its characters, '
+                f'{len(job.prompt_ids)} of {whole_tokens} prompt tokens'
+                + (f'; {quality:.0%} of right answers kept in measurement' if quality
+                   is not None else '') + ')')
 
     def _best_effort_or_raise(self, job: Job, exc: Rejection) -> Plan:
         """Return the plan a refused goal runs on anyway on an idle node; else re-raise.
