@@ -32,19 +32,25 @@ class Lifecycle:
         threading.Thread(target=self.executor.spin, daemon=True).start()
         assert self.change.wait_for_service(30) and self.get.wait_for_service(30)
 
-    def _call(self, client, request, timeout=120.0):
-        done = threading.Event()
-        future = client.call_async(request)
-        future.add_done_callback(lambda f: done.set())
-        assert done.wait(timeout), 'lifecycle service did not answer'
-        return future.result()
+    def _call(self, client, request, timeout=120.0, tries=1):
+        # A request sent before the server has matched this client's response reader
+        # gets no answer at all (service discovery in DDS): seen twice in full CI runs on
+        # the first get_state, never alone. A read-only call is asked again.
+        for _ in range(tries):
+            done = threading.Event()
+            future = client.call_async(request)
+            future.add_done_callback(lambda f: done.set())
+            if done.wait(timeout / tries):
+                return future.result()
+            client.remove_pending_request(future)
+        raise AssertionError(f'lifecycle service did not answer in {timeout:g} s')
 
     def transition(self, transition_id: int) -> bool:
         return self._call(self.change, ChangeState.Request(
             transition=Transition(id=transition_id))).success
 
     def state(self) -> int:
-        return self._call(self.get, GetState.Request()).current_state.id
+        return self._call(self.get, GetState.Request(), tries=8).current_state.id
 
     def close(self):
         self.executor.shutdown(timeout_sec=2.0)
