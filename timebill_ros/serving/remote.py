@@ -285,11 +285,15 @@ class InFlight:
     expected: int = 1
     cap: int = 1
 
+    def prefill_left_s(self, now: float, timing) -> float:
+        """Return the time to its first token still predicted at ``now`` (0 once it came)."""
+        return 0.0 if self.prefilled else max(
+            0.0, timing.ttft_s(self.prompt_tokens, self.load) - (now - self.started))
+
     def rest_s(self, now: float, timing, beside: int) -> float:
         """Return when it is predicted to end from ``now``: its answer, or its Kill."""
-        prefill = 0.0 if self.prefilled else max(
-            0.0, timing.ttft_s(self.prompt_tokens, self.load) - (now - self.started))
-        answer = prefill + max(0, self.expected - self.tokens) * timing.itl_s(beside)
+        answer = self.prefill_left_s(now, timing) \
+            + max(0, self.expected - self.tokens) * timing.itl_s(beside)
         return min(max(0.0, self.deadline - now), answer)
 
 

@@ -92,9 +92,7 @@ def cost_to_others(route, prompt_tokens: int, now: float) -> float:
     for goal in list(route.replica.inflight):
         if goal.basis is None:
             continue
-        prefill = 0.0 if goal.prefilled else max(
-            0.0, timing.ttft_s(goal.prompt_tokens, goal.load) - (now - goal.started))
-        left = goal.deadline - now - prefill
+        left = goal.deadline - now - goal.prefill_left_s(now, timing)
         alone = goal.tokens + _steps(left, timing.itl_s(running - 1))
         beside = goal.tokens + _steps(left - delay, timing.itl_s(running))
         lost += (chance_after(goal.basis, goal.expected, goal.tokens, alone, goal.cap)
