@@ -97,6 +97,9 @@ class Run:
     def interrupt(self, next_chunk_s=0.0):
         return False
 
+    def stops_ahead(self, now, next_step_s):
+        return False
+
     def on_token(self, event):
         self.order.append(self.key)
         self.tokens.append(event.token_id)

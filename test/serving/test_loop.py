@@ -198,10 +198,24 @@ def test_a_goal_that_ends_on_its_first_token_discards_its_cache():
 
 def test_kill_stops_at_first_boundary_after_deadline():
     clock = ScriptedClock()
-    result, seen = run(ScriptedBackend(clock, 0.3, words=50), request(budget=1.0), clock)
+    result, seen = run(ScriptedBackend(clock, 0.15, words=50), request(budget=1.0), clock)
     assert result.outcome == Outcome.KILLED and not result.deadline_met
-    # tokens at t=0.3, 0.6, 0.9, 1.2: the one at 1.2 is the first at/after 1.0
-    assert result.tokens == 4 and result.e2e_s == 1.2
+    # tokens at 0.15 ... 0.9, 1.05: the next step from 0.9 ends 0.05 s past the deadline,
+    # within what Kill lets a step overrun, so it runs; 1.05 is the first at/after 1.0
+    assert result.tokens == 7 and result.e2e_s == pytest.approx(1.05)
+    assert 'past it' in result.reason
+
+
+def test_kill_stops_before_a_step_that_would_end_far_past_the_deadline():
+    clock = ScriptedClock()
+    result, seen = run(ScriptedBackend(clock, 0.3, words=50), request(budget=1.0), clock)
+    # tokens at 0.3, 0.6, 0.9; a step from 0.9 would end 0.2 s past the deadline
+    assert result.outcome == Outcome.KILLED and not result.deadline_met
+    assert result.tokens == 3 and result.e2e_s == pytest.approx(0.9)
+    assert '0.100 s before the deadline' in result.reason
+    skip = run(ScriptedBackend(clock, 0.3, words=50), request(OverrunPolicy.SKIP_NEXT,
+                                                              max_new=5), clock)[0]
+    assert skip.tokens == 5  # Skip-Next runs on past the deadline
 
 
 def test_kill_ends_a_chunked_prefill_before_a_chunk_that_would_end_past_the_deadline():

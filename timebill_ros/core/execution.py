@@ -111,6 +111,9 @@ class JobResult:
     valid: bool = False  # the text conforms to the goal's schema or grammar (free text: ran)
 
 
+# How far past the deadline a decode step may be expected to end and still run (Kill).
+KILL_AHEAD_S = 0.1
+
 # (token, elapsed, remaining, plan in force)
 Feedback = Callable[[TokenEvent, float, float, Plan], None]
 
@@ -160,6 +163,21 @@ class JobRun:
         does not cut it and a Skip-Next goal does not overrun (nothing is skipped).
         """
         return self.clock.remaining(now) <= next_step_s
+
+    def stops_ahead(self, now: float, next_step_s: float) -> bool:
+        """Tell whether Kill stops the goal now, before a step expected to end too late.
+
+        Under Kill, when the next step (``next_step_s`` expected) would end more than
+        ``KILL_AHEAD_S`` past the deadline: its token would come too late to count, and
+        a long step (a 16-bit copy's on a long cache: ~0.19 s here) would overrun by
+        more than the lateness Kill allows. Steps shorter than that keep their photo
+        finish.
+        """
+        if self.request.policy != OverrunPolicy.KILL or \
+                next_step_s - self.clock.remaining(now) <= KILL_AHEAD_S:
+            return False
+        self.last = Step.KILL
+        return True
 
     @property
     def killed(self) -> bool:
@@ -281,8 +299,10 @@ def _reason(outcome: Outcome, met: bool, stats: GenerationStats, slack: float) -
     if outcome == Outcome.KILLED:
         partial = 'text is complete by the closure' if stats.closure_tokens else \
             'text is partial'
-        return (f'killed at the deadline after {stats.tokens} tokens'
-                f' ({-slack:.3f} s past it); {partial}{closed}{switched}')
+        when = (f'at the deadline after {stats.tokens} tokens ({-slack:.3f} s past it)'
+                if slack <= 0 else f'{slack:.3f} s before the deadline after {stats.tokens} '
+                'tokens: its next step would end past it')
+        return f'killed {when}; {partial}{closed}{switched}'
     ending = {'eos': 'end of answer', 'max_tokens': 'max_new_tokens reached',
               'stop_string': 'stop sequence', 'closed': 'closed at the deadline'}.get(
         stats.stop, stats.stop or 'end') + closed

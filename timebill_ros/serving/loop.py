@@ -37,6 +37,9 @@ class GoalRun(Protocol):
     def on_token(self, event: TokenEvent) -> bool:
         """Stream a token; return False when the goal stops here."""
 
+    def stops_ahead(self, now: float, next_step_s: float) -> bool:
+        """Tell whether the goal stops now, before a step of ``next_step_s`` (Kill)."""
+
     def token_budget(self, index: int) -> float | None:
         """Return the seconds decode step ``index`` may take (early exit)."""
 
@@ -94,6 +97,9 @@ class Member:
         if chooser is not None and chooser.closable and \
                 self.run.closes_now(now, next_step_s + CLOSURE_S):
             self._close('closed', now)
+            return False
+        if self.run.stops_ahead(now, next_step_s):
+            stats.stop = 'stopped'
             return False
         return True
 
@@ -486,6 +492,9 @@ class _CallbackRun:
         return self._budget(index) if self._budget is not None else None
 
     def interrupt(self, next_chunk_s: float = 0.0) -> bool:
+        return False
+
+    def stops_ahead(self, now: float, next_step_s: float) -> bool:
         return False
 
     def switch_to(self, index: int, sharing) -> str:
