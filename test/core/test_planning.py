@@ -584,3 +584,45 @@ def test_a_long_prompt_prefills_on_a_16_bit_copy_only_where_its_prefill_is_faste
     context = CutContext({}, CutEffects(precision={'bfloat16': CutEffect(1.0, 0.95),
                                                    'bfloat16-prefill': CutEffect(1.1, 0.8)}))
     assert CopyPrefill('bfloat16').effect(context) == CutEffect(1.1, 0.8)
+
+
+# Two llama.cpp options: F16 prefills fast and steps slowly, Q4 the other way round.
+F16 = TimingModel(0.0, 0.0015, 0.0, 0.0, 0.012)
+Q4 = TimingModel(0.0, 0.0035, 0.0, 0.0, 0.007)
+
+
+def handover_planner(**kwargs):
+    from timebill_ros.core.cut_kinds import handover_name
+    effects = CutEffects(precision={'llama.cpp-f16': CutEffect(1.0, 0.98),
+                                    'llama.cpp-q4_1': CutEffect(1.0, 0.73),
+                                    handover_name('llama.cpp-f16', 'llama.cpp-q4_1'):
+                                    CutEffect(1.0, 0.8)})
+    return make_planner(lambda: MODEL, Fixed(60), effects=effects, engines={
+        'llama.cpp-f16': lambda: F16, 'llama.cpp-q4_1': lambda: Q4}, **kwargs)
+
+
+def test_a_prompt_prefilled_on_one_engine_decodes_on_another_when_only_that_fits():
+    from timebill_ros.core.cut_kinds import HANDOVER_S_PER_TOKEN
+    # 200 prompt tokens, 60 answer tokens: F16 alone 0.3 + 0.72 s, Q4 alone 0.7 + 0.42 s,
+    # F16's prefill then Q4's steps 0.3 + 0.42 s.
+    handover = F16.prefill(200) + HANDOVER_S_PER_TOKEN * 200 + Q4.decode(200, 60)
+    budget = handover * 1.1
+    assert budget < min(F16.wcet(200, 0.0, 60), Q4.wcet(200, 0.0, 60))
+    plan = handover_planner().plan(req(Mode.AUTO), 200, budget)
+    assert plan.precision == 'llama.cpp-q4_1' and plan.prefill_precision == 'llama.cpp-f16'
+    assert plan.feasible and plan.est_wcet_s == pytest.approx(handover)
+    assert 'llama.cpp-f16 prefill, llama.cpp-q4_1 decoding' in plan.note
+    # With room for F16 alone, its fidelity wins; without the pair, the goal cannot fit.
+    roomy = handover_planner().plan(req(Mode.AUTO), 200, F16.wcet(200, 0.0, 60) * 1.3)
+    assert roomy.precision == 'llama.cpp-f16' and not roomy.prefill_precision
+    with pytest.raises(Rejection):
+        handover_planner(llama_handover=False).plan(req(Mode.AUTO), 200, budget)
+
+
+def test_only_a_pair_faster_in_both_phases_is_offered():
+    from timebill_ros.core.cut_kinds import EngineHandOver
+    context = handover_planner().context
+    assert EngineHandOver.pairs(context, 200) == [('llama.cpp-f16', 'llama.cpp-q4_1')]
+    slower = replace(context, engines={'llama.cpp-f16': lambda: F16,
+                                       'llama.cpp-q4_1': lambda: F16})
+    assert EngineHandOver.pairs(slower, 200) == []

@@ -267,3 +267,59 @@ def test_a_prompt_answers_the_same_beside_another_goals_cells(tokenizer):
         model.release(neighbour.seq_id)
     finally:
         model.close()
+
+
+def f16_beside(engine, tokenizer, sequences):
+    from timebill_ros.runtime.model import cache_root
+    model = LlamaModel(gguf_variant(embedded_gguf(), 'f16', cache_root()), 2048, sequences,
+                       16, 2)
+    return LlamaEngine(model, option_name('f16'), tokenizer, engine.eos_ids)
+
+
+def test_a_prompt_prefilled_on_f16_decodes_on_q4_1_after_its_kv_moves(engine, tokenizer):
+    from timebill_ros.serving.resident import ResidentEngines
+    ids = prompt_ids(tokenizer, 'Which lane should the truck take to reach gate 4?',
+                     'Gate 4 is on the left after the second crossing. ' * 3)
+    plan = Plan(precision=engine.option, prefill_precision=option_name('f16'))
+
+    def run(backend, plan):
+        out = []
+        stats = generate(backend, ids, 12, plan, lambda ev: out.append(ev) or True)
+        return [ev.token_id for ev in out], stats
+    # llama.cpp reads a sequence's state only into a context of as many sequences: with
+    # fewer, the goal decodes where it was prefilled, and its plan says so.
+    other = f16_beside(engine, tokenizer, engine.model._api.llama_n_seq_max(
+        engine.model._ctx) - 1)
+    try:
+        both = ResidentEngines(main=engine, others={other.option: other,
+                                                    engine.option: engine})
+        stayed, stats = run(both, plan)
+        assert stats.plan.precision == other.option and 'decoding there' in stats.plan.note
+        assert stayed == run(other, Plan())[0]
+    finally:
+        other.model.close()
+    f16 = f16_beside(engine, tokenizer, engine.model._api.llama_n_seq_max(engine.model._ctx))
+    try:
+        both = ResidentEngines(main=engine, others={f16.option: f16, engine.option: engine})
+        free, f16_free = sorted(engine.model._free), sorted(f16.model._free)
+        handed, stats = run(both, plan)
+        # Decoded on Q4_1 (its sequence taken and given back), prefilled on F16 (released
+        # after the move); the move is part of the prefill's time.
+        assert stats.plan.precision == engine.option and stats.prefill_s > 0
+        assert sorted(engine.model._free) == free and sorted(f16.model._free) == f16_free
+        # The first token comes from F16's prefill; the answer repeats.
+        assert handed[0] == run(f16, Plan())[0][0] and len(handed) >= 2
+        assert run(both, plan)[0] == handed
+        # A Q4_1 sequence holding F16's prompt cells steps as the moved one did.
+        sequence, logits, _ = f16.prefill(ids, Plan())
+        state = f16.model.export(sequence.seq_id)
+        f16.model.release(sequence.seq_id)
+        lane = engine.lane((engine.option,))
+        lane.join('g', type(sequence)(engine.model.adopt(state)), len(ids))
+        tokens = [int(logits.argmax())]
+        while len(tokens) < len(handed):
+            tokens.append(int(lane.step({'g': tokens[-1]})['g'].logits.argmax()))
+        lane.leave('g')
+        assert tokens == handed
+    finally:
+        f16.model.close()

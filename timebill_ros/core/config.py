@@ -36,7 +36,7 @@ LIVE = frozenset({
     'admit_probability', 'yield_when_late', 'fit_tolerance', 'predictor_share',
     'min_cut_saving', 'auto_early_exit', 'deadline_closure', 'tpot_jitter', 'idle_best_effort',
     'min_switch_speedup', 'time_margin', 'context_reduction', 'count_time_errors',
-    'length_hedge', 'fidelity_tolerance'})
+    'length_hedge', 'fidelity_tolerance', 'llama_handover'})
 
 _TABLE = (
     Param('model', 'embedded', "Model source: 'embedded' (SmolLM2-135M-Instruct from the "
@@ -211,6 +211,10 @@ _TABLE = (
           f"{', '.join(LLAMA_FORMATS)} (made once from the embedded Q4_1 GGUF by llama.cpp's "
           "quantizer); '' = off. Needs llama-cpp-python and a GGUF model (the embedded "
           'one).'),
+    Param('llama_handover', True, 'MODE_AUTO may also prefill a goal on one llama.cpp option '
+          'and decode it on another (the prompt\'s KV moves between them): offered where that '
+          'pair is faster than each option alone in both phases (here F16 prefills and Q4_1 '
+          'decodes).'),
     Param('llama_threads', 0, "llama.cpp threads per engine option (0: the machine's "
           'cores).', 0, 256),
     Param('llama_chunk', 64, 'Prompt tokens per llama.cpp prefill chunk: a goal past its '

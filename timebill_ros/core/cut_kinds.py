@@ -280,6 +280,56 @@ class OtherEngine(Cut):
         return _with([f'{self.precision} (prefill and decode)'])
 
 
+# Seconds a prompt token's KV takes to move between two llama.cpp options (exported as
+# sequence state, read by the other context): results/engines/split_prefill/probe.py.
+HANDOVER_S_PER_TOKEN = 4e-5
+
+
+def handover_name(prefill: str, decode: str) -> str:
+    """Return the option (and its cut_effects row) that prefills on one, decodes on another."""
+    return f'{prefill}>{decode}'
+
+
+@dataclass(frozen=True)
+class EngineHandOver(OtherEngine):
+    """The prompt prefilled on one resident engine, the answer decoded on another.
+
+    For llama.cpp variants of one model (runtime.llama_engine.HandOver): F16 prefills
+    about twice as fast as Q4_1 here and Q4_1 decodes about twice as fast as F16, so
+    this is faster than either alone. ``cached`` counts the prefill engine's held
+    prompt; the effect is the measured row ``handover_name`` (else the decode
+    engine's).
+    """
+
+    prefill_engine: str = ''
+
+    def time_s(self, ctx, model, n_x, tokens):
+        return self.prefill_s(ctx, model, n_x) + ctx.model_of(self.precision).decode(
+            n_x, tokens)
+
+    def prefill_s(self, ctx, model, n_x):
+        own = with_cached_prefix(ctx.model_of(self.prefill_engine), self.cached)
+        return own.prefill(n_x) + HANDOVER_S_PER_TOKEN * n_x
+
+    def effect(self, ctx):
+        return ctx.effects.precision.get(handover_name(self.prefill_engine, self.precision)) \
+            or ctx.effects.of_precision(self.precision)
+
+    def describe(self, ctx):
+        return _with([f'{self.prefill_engine} prefill, {self.precision} decoding'])
+
+    def plan_fields(self, ctx):
+        return {'prefill_precision': self.prefill_engine}
+
+    @staticmethod
+    def pairs(ctx, n_x: int) -> list:
+        """Return (prefill, decode) engines where the pair beats each alone in both phases."""
+        models = {name: ctx.model_of(name) for name in ctx.engines}
+        return [(a, b) for a in models for b in models if a != b
+                and models[a].prefill(n_x) < models[b].prefill(n_x)
+                and models[b].step(n_x) < models[a].step(n_x)]
+
+
 @dataclass(frozen=True)
 class EarlyExit(Cut):
     """Decode with early exits (and ``alpha`` eviction); planned on the earliest exit's cost."""
@@ -450,6 +500,8 @@ def cut_of(plan, ctx: CutContext, held: int = 0) -> Cut:
         return MixedPrecision(Mix(tuple(plan.precision_mix), ctx.mix.table.units)
                               if ctx.mix is not None else None)
     if plan.precision in ctx.engines:
+        if plan.prefill_precision in ctx.engines:
+            return EngineHandOver(plan.precision, plan.mode, held, plan.prefill_precision)
         return OtherEngine(plan.precision, plan.mode, held)
     if plan.prefill_precision:
         return CopyPrefill(plan.prefill_precision, plan.mode, plan.eviction_ratio)

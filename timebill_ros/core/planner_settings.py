@@ -32,6 +32,7 @@ class PlannerSettings:
     count_time_errors: bool
     length_hedge: float
     fidelity_tolerance: float
+    llama_handover: bool
 
     def __post_init__(self):
         """Raise ValueError on settings the planner cannot work with."""

@@ -8,8 +8,8 @@ from typing import Callable, Protocol
 
 from timebill_ros.core.cut_kinds import (  # noqa: F401 (EarlyExitConfig, MixConfig, MIXED
     Cut, cut_of, CutContext, EarlyExit, EarlyExitConfig, Eviction,  # are imported from here)
-    CopyPrefill, FallbackSwitch, Goal, MIXED, MixConfig, MixedPrecision, OtherEngine, Precision,
-    SIXTEEN_BIT)
+    CopyPrefill, EngineHandOver, FallbackSwitch, Goal, handover_name, MIXED, MixConfig,
+    MixedPrecision, OtherEngine, Precision, SIXTEEN_BIT)
 from timebill_ros.core.cuts import CutEffects
 from timebill_ros.core.early_exit import p99_tpot_estimate, schedulable
 from timebill_ros.core.eviction import press_skip_reason
@@ -423,6 +423,10 @@ class TimeBillPlanner:
                                    'early exit'))
             candidates += [(OtherEngine(name, cached=held.get(name, 0)), name)
                            for name in self.context.engines]
+            if settings.llama_handover:
+                candidates += [(EngineHandOver(b, cached=held.get(a, 0), prefill_engine=a),
+                                handover_name(a, b))
+                               for a, b in EngineHandOver.pairs(self.context, n_x)]
         for cut, name in candidates:
             skip = too_small(cut, name)
             if skip:

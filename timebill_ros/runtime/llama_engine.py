@@ -13,7 +13,7 @@ its answer decodes in a lane whose sequences share one llama.cpp context
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import ctypes
 from pathlib import Path
 import threading
@@ -207,6 +207,30 @@ class LlamaModel:
                 return
             self._held, self._held_state = list(ids), state
 
+    def export(self, seq_id: int):
+        """Return a sequence's KV as llama.cpp sequence state (None when it cannot)."""
+        api = self._api
+        with self._lock:
+            size = api.llama_state_seq_get_size(self._ctx, seq_id)
+            state = (ctypes.c_uint8 * size)()
+            if api.llama_state_seq_get_data(self._ctx, state, size, seq_id) != size:
+                return None
+            return state
+
+    def adopt(self, state) -> int | None:
+        """Load another context's sequence state into a free sequence; return its id.
+
+        The state must come from a model of the same layout and KV type (the GGUF
+        variants of one model) and a context of as many sequences (each its own KV
+        stream): llama.cpp checks both. None when it cannot be read.
+        """
+        seq_id = self.acquire()
+        with self._lock:
+            if self._api.llama_state_seq_set_data(self._ctx, state, len(state), seq_id) != 0:
+                return seq_id
+        self.release(seq_id)
+        return None
+
     def forget(self) -> None:
         """Drop the held prompt (calibration times whole prefills)."""
         with self._lock:
@@ -307,6 +331,11 @@ class LlamaEngine:
             raise ValueError(f'{self.option} cannot plan during prefill (no hidden states)')
         return LlamaPrefill(self, prompt_ids, plan)
 
+    def begin_handover(self, prompt_ids: Sequence[int], plan,
+                       target: 'LlamaEngine') -> 'HandOver':
+        """Return a prefill here whose sequence then decodes on ``target`` (a PrefillRun)."""
+        return HandOver(self.begin_prefill(prompt_ids, plan), target)
+
     def prefill(self, prompt_ids: Sequence[int], plan, decide=None, interrupt=None) -> tuple:
         """Prefill in chunks, asking ``interrupt()`` between them; return (seq, logits, stats).
 
@@ -403,6 +432,56 @@ class LlamaPrefill:
         if self.seq_id is not None:
             self.engine.model.release(self.seq_id)
             self.seq_id = None
+
+
+class HandOver:
+    """A prompt prefilled on one llama.cpp option whose answer decodes on another.
+
+    The GGUF variants share the model's layout and an f16 KV cache, so the prompt's KV
+    written by the prefill option's context, exported as llama.cpp sequence state, is
+    read by the decode option's: the prompt prefills where that is fast (F16) and the
+    answer decodes where steps are short (Q4_1). The move is part of the prefill's
+    time. Should the decode option refuse the state, the goal decodes where it was
+    prefilled, and its plan says so.
+    """
+
+    def __init__(self, prefill: LlamaPrefill, target: LlamaEngine):
+        """Run ``prefill`` (on its option), then move the sequence to ``target``."""
+        self.prefill, self.target = prefill, target
+
+    total = property(lambda self: self.prefill.total)
+    tokens_done = property(lambda self: self.prefill.tokens_done)
+    chunks_left = property(lambda self: self.prefill.chunks_left)
+    next_chunk = property(lambda self: self.prefill.next_chunk)
+    done = property(lambda self: self.prefill.done)
+    next_chunk_extra_s = property(lambda self: self.prefill.next_chunk_extra_s)
+
+    def advance(self) -> None:
+        """Prefill the next chunk on the prefill option."""
+        self.prefill.advance()
+
+    def result(self) -> tuple:
+        """Return (the sequence on the decode option, first logits, stats)."""
+        sequence, logits, stats = self.prefill.result()
+        source, clock = self.prefill.engine, self.target.clock
+        t0 = clock()
+        state = source.model.export(sequence.seq_id)
+        moved = self.target.model.adopt(state) if state is not None else None
+        if moved is None:  # decode where the prompt is: the plan names that option
+            if stats.plan is not None:
+                stats.plan = replace(
+                    stats.plan, precision=source.option, prefill_precision='',
+                    note=f'{stats.plan.note}; {self.target.option} could not read the '
+                         f'prompt from {source.option}: decoding there')
+            return sequence, logits, stats
+        source.model.release(sequence.seq_id)
+        self.prefill.seq_id = None
+        stats.prefill_s += clock() - t0
+        return LlamaSequence(moved), logits, stats
+
+    def abandon(self) -> None:
+        """Free the prefill option's sequence."""
+        self.prefill.abandon()
 
 
 def _ids(n: int, seed: int) -> list:

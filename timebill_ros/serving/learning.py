@@ -187,13 +187,20 @@ def _learn_timing(pipeline, job, result: JobResult) -> tuple:
     if result.prefix_tokens:
         result = replace(result, prefill_s=0.0)
     own = pipeline.online_engines.get(result.plan.precision)
+    # A handed-over goal prefilled on another engine (core.cut_kinds.EngineHandOver).
+    prefilled = pipeline.online_engines.get(result.plan.prefill_precision) or own
     if result.prefill_tokens:  # stopped in prefill: its first tokens took prefill_s
-        (own or online).observe(result.prefill_tokens, result.prefill_s, 0, ())
+        (prefilled or online).observe(result.prefill_tokens, result.prefill_s, 0, ())
         return 0.0, 0.0
     if own is not None:  # another engine: its own ETE learns its prefill and (solo) steps
         alone = result.batch_peak <= 1
         estimate = pipeline.planner.estimate_s(result.plan, result.tokens) if alone else 0.0
-        own.observe(n_x, result.prefill_s, result.kv_tokens, result.step_times if alone else ())
+        steps = result.step_times if alone else ()
+        if prefilled is not own:
+            prefilled.observe(n_x, result.prefill_s, result.kv_tokens, ())
+            own.observe(n_x, 0.0, result.kv_tokens, steps)
+        else:
+            own.observe(n_x, result.prefill_s, result.kv_tokens, steps)
         if not alone:
             return 0.0, 0.0
         actual = result.prefill_s + result.decode_s

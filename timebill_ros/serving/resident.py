@@ -2,7 +2,8 @@
 
 The planner may run a whole goal on another resident engine (a GGUF model on
 llama.cpp, ``runtime.llama_engine``): such a plan names the engine's option in
-``Plan.precision`` (``core.cut_kinds.OtherEngine``). This backend routes the goal's
+``Plan.precision`` (``core.cut_kinds.OtherEngine``). A plan may prefill on one such option
+and decode on another (``core.cut_kinds.HandOver``). This backend routes the goal's
 prefill and its lane to that engine and everything else to the main one, so the one
 decode loop steps lanes of both in the same rounds.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from timebill_ros.core.planning import Plan
+from timebill_ros.runtime.prefill import finish_prefill
 
 
 class ResidentEngines:
@@ -45,7 +47,7 @@ class ResidentEngines:
     def prefill(self, prompt_ids: Sequence[int], plan: Plan, decide=None,
                 interrupt=None) -> tuple:
         """Prefill on the plan's engine; return (cache, logits, stats)."""
-        return self._of_plan(plan).prefill(prompt_ids, plan, decide, interrupt)
+        return finish_prefill(self.begin_prefill(prompt_ids, plan, decide), interrupt)
 
     def cached_prefix(self, prompt_ids: Sequence[int]) -> int:
         """Return the main engine's cached prefix of a prompt (other engines keep none)."""
@@ -58,8 +60,15 @@ class ResidentEngines:
         return {option: tokens for option, tokens in held.items() if tokens}
 
     def begin_prefill(self, prompt_ids: Sequence[int], plan: Plan, decide=None):
-        """Begin a chunked prefill on the plan's engine (a runtime.prefill.PrefillRun)."""
-        return self._of_plan(plan).begin_prefill(prompt_ids, plan, decide)
+        """Begin a chunked prefill on the plan's engine (a runtime.prefill.PrefillRun).
+
+        A plan that prefills on another option than it decodes on
+        (``core.cut_kinds.HandOver``) hands the prompt's KV over when its prefill ends.
+        """
+        target, source = self._of_plan(plan), self.others.get(plan.prefill_precision)
+        if source is not None and source is not target:
+            return source.begin_handover(prompt_ids, plan, target)
+        return target.begin_prefill(prompt_ids, plan, decide)
 
     def lane_key(self, plan: Plan) -> tuple:
         """Return the lane of the plan's engine (keyed by the option for another engine)."""
