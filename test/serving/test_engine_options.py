@@ -20,6 +20,13 @@ def test_the_regime_line_times_every_option_and_names_the_fastest():
     assert 'int8-weight 2.25 s' in line  # the torch prefill, then int8 steps
     assert 'llama.cpp-q4_1 0.36 s (step 8.0 ms)' in line
     assert 'fastest here: llama.cpp-q4_1; another engine prefills faster' in line
+    # F16 prefills faster, Q4_1 steps faster: the pair of them is timed as well.
+    f16 = TimingModel(0.0, 0.0008, 0.01, 0.0, 0.009)
+    line = describe_regime(TORCH, {}, {'llama.cpp-f16': f16, 'llama.cpp-q4_1': LLAMA})
+    assert 'llama.cpp-f16>llama.cpp-q4_1 0.31 s (step 8.0 ms)' in line  # 0.061 + 31 x 8 ms
+    assert 'fastest here: llama.cpp-f16>llama.cpp-q4_1' in line
+    assert '>' not in describe_regime(TORCH, {}, {'llama.cpp-f16': f16,
+                                                  'llama.cpp-q4_1': LLAMA}, handover=False)
     slow_prefill = TimingModel(2e-6, 0.0016, 0.01, 0.0, 0.008)  # quadratic: loses long prompts
     line = describe_regime(TORCH, {}, {'llama.cpp-f16': slow_prefill})
     assert line.endswith('the torch prefill is the fastest from about 832 prompt tokens')

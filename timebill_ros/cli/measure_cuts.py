@@ -63,7 +63,8 @@ def main(argv=None) -> int:
                         'prefilling the prompt (row <precision>-prefill)')
     parser.add_argument('--engines', nargs='*', default=[], choices=LLAMA_FORMATS,
                         help='llama.cpp GGUF formats to measure as engine options (their '
-                        'rows are named llama.cpp-<format>)')
+                        'rows are named llama.cpp-<format>), and each prefilling for each '
+                        'listed after it (rows llama.cpp-<a>>llama.cpp-<b>)')
     parser.add_argument('--merge', action='store_true',
                         help='keep the entries of --out that this run does not measure')
     parser.add_argument('--max-new-tokens', type=int, default=128)
@@ -83,6 +84,7 @@ def main(argv=None) -> int:
     args.out = args.out or str(SHIPPED if args.ship else run / 'cut_effects.json')
     args.report = args.report or str(run / 'cut_effects')
 
+    from timebill_ros.core.cut_kinds import handover_name
     from timebill_ros.core.cuts import CutEffect, CutEffects, length_factor
     from timebill_ros.core.eviction import press_skip_reason
     from timebill_ros.core.planning import Plan
@@ -112,6 +114,10 @@ def main(argv=None) -> int:
     if args.limit:
         items = items[:args.limit]
     cuts = {low: Plan(precision=low) for low in (*args.precisions, *options)}
+    # Each engine prefilling for each listed after it, the KV handed over (EngineHandOver).
+    handovers = {handover_name(a, b): Plan(precision=b, prefill_precision=a)
+                 for i, a in enumerate(options) for b in list(options)[i + 1:]}
+    cuts.update(handovers)
     cuts.update({f'{low}-prefill': Plan(precision=low, prefill_precision=low)
                  for low in args.precisions if low in SIXTEEN_BIT})
     for alpha in args.alphas:
@@ -156,7 +162,8 @@ def main(argv=None) -> int:
     source = (f'measure_cuts on {len(rows)} robot train items, model {loaded.name}, '
               f'press {args.press}, {time.strftime("%Y-%m-%d")}')
     precision = {low: CutEffect(summary[low]['length_factor'], min(1.0, summary[low]['quality']))
-                 for low in (*args.precisions, *options, *(f'{p}-prefill' for p in SIXTEEN_BIT))
+                 for low in (*args.precisions, *options, *handovers,
+                             *(f'{p}-prefill' for p in SIXTEEN_BIT))
                  if low in summary}
     ratios = tuple(a for a, _ in evictions)
     eviction = tuple(CutEffect(s['length_factor'], min(1.0, s['quality']))

@@ -253,7 +253,8 @@ class OtherEngine(Cut):
 
     Its own ETE times both phases and its measured fidelity row (``CutEffects.precision``
     under the engine's name) is its effect. It offers no KV eviction, early exit or
-    mid-answer switch: a sequence's cache cannot move between engines. ``cached``
+    mid-answer switch: a cache does not move to the torch engine (between llama.cpp
+    options it moves once, after the prefill: EngineHandOver). ``cached``
     prompt tokens the engine holds from its last prompt need no prefill.
     """
 
@@ -290,6 +291,17 @@ def handover_name(prefill: str, decode: str) -> str:
     return f'{prefill}>{decode}'
 
 
+def handover_pairs(models: dict, n_x: int) -> list:
+    """Return (prefill, decode) names of ``models`` (TimingModels) worth a hand-over.
+
+    Those where the first prefills ``n_x`` tokens faster and the second steps faster:
+    the pair then beats each alone in both phases.
+    """
+    return [(a, b) for a in models for b in models if a != b
+            and models[a].prefill(n_x) < models[b].prefill(n_x)
+            and models[b].step(n_x) < models[a].step(n_x)]
+
+
 @dataclass(frozen=True)
 class EngineHandOver(OtherEngine):
     """The prompt prefilled on one resident engine, the answer decoded on another.
@@ -324,10 +336,7 @@ class EngineHandOver(OtherEngine):
     @staticmethod
     def pairs(ctx, n_x: int) -> list:
         """Return (prefill, decode) engines where the pair beats each alone in both phases."""
-        models = {name: ctx.model_of(name) for name in ctx.engines}
-        return [(a, b) for a in models for b in models if a != b
-                and models[a].prefill(n_x) < models[b].prefill(n_x)
-                and models[b].step(n_x) < models[a].step(n_x)]
+        return handover_pairs({name: ctx.model_of(name) for name in ctx.engines}, n_x)
 
 
 @dataclass(frozen=True)

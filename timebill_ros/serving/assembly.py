@@ -377,7 +377,8 @@ class Assembly:
         if engines:
             engine = ResidentEngines(engine, {option: self.llama[option] for option in engines})
         self.log.info(describe_regime(online.model, {p: m() for p, m in precisions.items()},
-                                      {e: m() for e, m in engines.items()}))
+                                      {e: m() for e, m in engines.items()},
+                                      handover=config.llama_handover))
         modes = {Mode.AUTO, Mode.NONE, Mode.EVICTION}
         limits = config.limits(modes | {Mode.EARLY_EXIT} if early_exit is not None else modes,
                                frozenset(online_variants) | frozenset(engines))

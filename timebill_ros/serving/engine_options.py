@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+from timebill_ros.core.cut_kinds import handover_name, handover_pairs
 from timebill_ros.core.profile import Profile
 from timebill_ros.runtime.llama_engine import (
     calibrate_llama, gguf_variant, KV_LAYOUT, llama_grid, LlamaEngine, LlamaModel,
@@ -101,18 +102,23 @@ def _timed_as_run(profile: Profile, engine: LlamaEngine) -> bool:
 
 
 def describe_regime(main, precisions: dict, engines: dict, prompt: int = 64,
-                    answer: int = 32) -> str:
+                    answer: int = 32, handover: bool = True) -> str:
     """Return how fast each resident option is here and which one a short command favours.
 
     ``main``: the torch ETE; ``precisions``: {name: TimingModel} of resident copies (they
     decode after the main model's prefill); ``engines``: {name: TimingModel} of other
-    engines (whole goals). Times are for a ``prompt``-token command, ``answer`` tokens.
+    engines (whole goals), and with ``handover`` each pair of them that prefills on one
+    and decodes on the other. Times are for a ``prompt``-token command, ``answer`` tokens.
     """
     rows = {'torch': (main.wcet(prompt, 0.0, answer), main.step(prompt))}
     rows.update({name: (main.prefill(prompt) + model.decode(prompt, answer), model.step(prompt))
                  for name, model in precisions.items()})
     rows.update({name: (model.wcet(prompt, 0.0, answer), model.step(prompt))
                  for name, model in engines.items()})
+    if handover:  # one option's prefill, another's steps (core.cut_kinds.EngineHandOver)
+        rows.update({handover_name(a, b): (engines[a].prefill(prompt) + engines[b].decode(
+            prompt, answer), engines[b].step(prompt))
+            for a, b in handover_pairs(engines, prompt)})
     fastest = min(rows, key=lambda name: rows[name][0])
     parts = ', '.join(f'{name} {seconds:.2f} s (step {1e3 * step:.1f} ms)'
                       for name, (seconds, step) in rows.items())
