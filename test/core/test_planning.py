@@ -617,6 +617,12 @@ def test_a_prompt_prefilled_on_one_engine_decodes_on_another_when_only_that_fits
     assert roomy.precision == 'llama.cpp-f16' and not roomy.prefill_precision
     with pytest.raises(Rejection):
         handover_planner(llama_handover=False).plan(req(Mode.AUTO), 200, budget)
+    # A goal may pin the pair (in MODE_NONE too), and the F16 prompt it holds is free.
+    pinned = handover_planner(llama_handover=False).plan(
+        replace(req(Mode.NONE), precision='llama.cpp-f16>llama.cpp-q4_1'), 200, 5.0,
+        engine_prefix={'llama.cpp-f16': 192})
+    assert (pinned.precision, pinned.prefill_precision) == ('llama.cpp-q4_1', 'llama.cpp-f16')
+    assert pinned.est_prefill_s == pytest.approx(F16.prefill(8) + HANDOVER_S_PER_TOKEN * 200)
 
 
 def test_only_a_pair_faster_in_both_phases_is_offered():

@@ -50,3 +50,22 @@ def test_only_the_most_recently_used_grammars_are_kept():
     learning.grammar_answer_ran('new', 5, True)
     assert 'g0' not in learning._by_grammar and 'g2' not in learning._by_grammar
     assert 'g1' in learning._by_grammar and len(learning._by_grammar) == SCHEMA_GRAMMARS
+
+
+def test_a_handed_over_goal_teaches_its_prefill_to_one_engine_and_its_steps_to_the_other():
+    from types import SimpleNamespace
+    from timebill_ros.core.timing import OnlineTimingModel, TimingModel
+    from timebill_ros.serving.learning import learn_timing
+    f16, q4 = (OnlineTimingModel(TimingModel(0.0, 0.002, 0.0, 0.0, 0.01)) for _ in range(2))
+    pipeline = SimpleNamespace(
+        online=OnlineTimingModel(TimingModel(0.0, 0.003, 0.0, 0.0, 0.08)),
+        online_engines={'llama.cpp-f16': f16, 'llama.cpp-q4_1': q4}, online_variants={},
+        planner=SimpleNamespace(estimate_s=lambda plan, tokens, *args, **kw: 0.5))
+    plan = Plan(precision='llama.cpp-q4_1', prefill_precision='llama.cpp-f16')
+    result = JobResult(outcome=Outcome.COMPLETED, deadline_met=True, reason='', tokens=5,
+                       prefill_s=0.2, decode_s=0.03, step_times=(0.0075,) * 4, plan=plan,
+                       kv_tokens=2)
+    learn_timing(pipeline, job(), result)
+    assert list(f16.prefill_samples) == [(2, 0.2)] and not f16.decode_samples
+    assert not q4.prefill_samples and len(q4.decode_samples) == 4
+    assert not pipeline.online.prefill_samples  # the torch ETE learns nothing of it

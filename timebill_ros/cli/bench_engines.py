@@ -50,6 +50,7 @@ STRATEGIES = {
 # Run in the loose pass only: every resident option's own trace for the evaluator.
 TRACE_ONLY = {
     'llama.cpp-f16': ('A', MODE_NONE, 'llama.cpp-f16', 0.0),
+    'llama.cpp-f16>llama.cpp-q4_1': ('A', MODE_NONE, 'llama.cpp-f16>llama.cpp-q4_1', 0.0),
 }
 NODES = {'A': ('/engines_a', {'auto_precision': 'int8-weight'}),
          'B': ('/engines_b', {'auto_precision': 'int8-dynamic', 'llama_engines': ''})}

@@ -159,13 +159,14 @@ def profile_models(report: dict) -> dict:
 
 
 def make_planner(report: dict, machine: Machine, length: RecordedLength, drift: dict,
-                 policy: dict, errors: dict | None = None):
+                 policy: dict, errors: dict | None = None, handover: bool = False):
     """Return the node's planner on the profiles of the traced options, scaled.
 
     ``drift``: option -> (prefill, decode) ratios of its traces to its profile (what the
     node's online ETE learned); ``policy``: planner settings to replay; ``errors``:
     option -> its time-error ratios at EstimateErrors.QUANTILES (what the node's ETEs
-    measured of their own errors).
+    measured of their own errors); ``handover``: the run traced a hand-over between
+    llama.cpp options (runs before it did not: the planner then offers none).
     """
     from timebill_ros.core.config import NodeConfig
     from timebill_ros.core.cuts import CutEffects, SHIPPED
@@ -180,7 +181,8 @@ def make_planner(report: dict, machine: Machine, length: RecordedLength, drift: 
         pre, dec = pre * drift[name][0], dec * drift[name][1]
         models[name] = TimingModel(m.a * pre, m.b * pre, m.c * pre, m.p * dec, m.q * dec)
     main = models.pop('float32')
-    settings = replace(PlannerSettings.from_config(NodeConfig()), **policy)
+    settings = replace(PlannerSettings.from_config(NodeConfig()),
+                       **{'llama_handover': handover, **policy})
     # auto_precision int8: both copies, int8-weight leading where it is (the pick's order).
     precisions = {p: (lambda m=models[p]: m) for p in ('int8-weight', 'int8-dynamic')
                   if p in models}
@@ -252,8 +254,11 @@ class Replay:
             self.text[item_id] = (predicted, time.perf_counter() - start, dist)
 
     def _model_of(self, strategy: str):
-        """Return the profile a strategy prefills with (torch options: float32's)."""
-        option = strategy.split(' + ')[0]
+        """Return the profile a strategy prefills with (torch options: float32's).
+
+        A hand-over ('llama.cpp-f16>llama.cpp-q4_1') prefills on its first option.
+        """
+        option = strategy.split(' + ')[0].split('>')[0]
         return self.models[option if option.startswith('llama.cpp-') else 'float32']
 
     def _drift(self, report: dict) -> dict:
@@ -375,6 +380,8 @@ class Replay:
         return met_share(took, budget, self.jitter), self._f1(trace, item), option
 
     def _option(self, plan) -> str:
+        if plan.prefill_precision.startswith('llama.cpp-'):  # a hand-over's own trace
+            return f'{plan.prefill_precision}>{plan.precision}'
         if plan.precision.startswith('llama.cpp-'):
             return plan.precision
         if plan.eviction_ratio > 0.0:
@@ -407,7 +414,8 @@ def evaluate(report: dict, policy: dict | None = None) -> dict:
                             predicted, replay.typical)
     out = {}
     for machine in machines(replay.steps):
-        planner = make_planner(report, machine, length, replay.drift, policy, replay.errors)
+        planner = make_planner(report, machine, length, replay.drift, policy, replay.errors,
+                               handover=any('>' in strategy for _, strategy in replay.raw))
         tiers = {}
         for tier in report['tiers']:
             rows = {}

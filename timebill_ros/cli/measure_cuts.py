@@ -176,6 +176,7 @@ def main(argv=None) -> int:
         source = f'{old.source}; {", ".join(summary)}: {source}'
     effects = CutEffects(eviction_ratios=ratios, eviction=eviction, precision=precision,
                          source=source)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)  # a new run folder
     effects.save(Path(args.out))
     minutes = (time.monotonic() - started) / 60.0
     report = Path(args.report)

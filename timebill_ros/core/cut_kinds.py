@@ -291,6 +291,18 @@ def handover_name(prefill: str, decode: str) -> str:
     return f'{prefill}>{decode}'
 
 
+def handover_names(engines) -> frozenset:
+    """Return the hand-over option of every ordered pair of ``engines`` (a goal may pin one)."""
+    return frozenset(handover_name(a, b) for a in engines for b in engines if a != b)
+
+
+def handover_parts(name: str, engines) -> tuple | None:
+    """Return (prefill, decode) of a hand-over option of ``engines``, else None."""
+    prefill, _, decode = name.partition('>')
+    return (prefill, decode) if prefill in engines and decode in engines and \
+        prefill != decode else None
+
+
 def handover_pairs(models: dict, n_x: int) -> list:
     """Return (prefill, decode) names of ``models`` (TimingModels) worth a hand-over.
 

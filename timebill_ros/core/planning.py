@@ -8,8 +8,8 @@ from typing import Callable, Protocol
 
 from timebill_ros.core.cut_kinds import (  # noqa: F401 (EarlyExitConfig, MixConfig, MIXED
     Cut, cut_of, CutContext, EarlyExit, EarlyExitConfig, Eviction,  # are imported from here)
-    CopyPrefill, EngineHandOver, FallbackSwitch, Goal, handover_name, MIXED, MixConfig,
-    MixedPrecision, OtherEngine, Precision, SIXTEEN_BIT)
+    CopyPrefill, EngineHandOver, FallbackSwitch, Goal, handover_name, handover_parts, MIXED,
+    MixConfig, MixedPrecision, OtherEngine, Precision, SIXTEEN_BIT)
 from timebill_ros.core.cuts import CutEffects
 from timebill_ros.core.early_exit import p99_tpot_estimate, schedulable
 from timebill_ros.core.eviction import press_skip_reason
@@ -385,6 +385,10 @@ class TimeBillPlanner:
             return [OtherEngine(request.precision, request.mode,
                                 held.get(request.precision, 0))], \
                 f'engine {request.precision} pinned by the goal'
+        pair = handover_parts(request.precision, self.context.engines)
+        if pair is not None:  # ... or a hand-over between two of them
+            return [EngineHandOver(pair[1], request.mode, held.get(pair[0], 0), pair[0])], \
+                f'engines {request.precision} pinned by the goal'
         pinned = request.precision if request.precision in self.precisions else ''
         if request.mode == Mode.NONE:
             return [Precision(pinned, Mode.NONE) if pinned else Eviction(Mode.NONE)], ''

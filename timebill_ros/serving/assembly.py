@@ -13,6 +13,7 @@ from pathlib import Path
 import threading
 
 from timebill_ros.core.config import NodeConfig
+from timebill_ros.core.cut_kinds import handover_names
 from timebill_ros.core.early_exit import ExitRule, LayerTimes
 from timebill_ros.core.planner_settings import PlannerSettings
 from timebill_ros.core.planning import (
@@ -381,7 +382,8 @@ class Assembly:
                                       handover=config.llama_handover))
         modes = {Mode.AUTO, Mode.NONE, Mode.EVICTION}
         limits = config.limits(modes | {Mode.EARLY_EXIT} if early_exit is not None else modes,
-                               frozenset(online_variants) | frozenset(engines))
+                               frozenset(online_variants) | frozenset(engines)
+                               | handover_names(engines))
         return Pipeline(planner, limits, engine, config.max_batch, online,
                         dict(online_variants), early_exit, self._batch_from(profile),
                         dict(self.online_engines))

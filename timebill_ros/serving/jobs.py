@@ -72,8 +72,8 @@ class Job:
 
     @property
     def held_by_plan_engine(self) -> int:
-        """Return the prompt tokens the engine option its plan runs on holds (0: none)."""
-        return self.engine_prefix.get(self.plan.precision, 0)
+        """Return the prompt tokens the engine option its plan prefills on holds (0: none)."""
+        return self.engine_prefix.get(self.plan.prefill_precision or self.plan.precision, 0)
 
     @property
     def answer_form(self) -> str:
