@@ -77,9 +77,17 @@ def test_a_goal_yields_when_it_would_cost_the_goals_there_more_than_its_chance()
     with pytest.raises(Rejection, match='yielding to the 1 goals running.*cost them 1.00 '
                                         'deadlines for its own chance 0.33'):
         plan_on_pool(pool, thirds, 1500, 64, 4.0, CONFIG)
-    # A goal moved off a replica that failed was admitted already: it does not yield.
+    # A goal moved off a replica that failed was admitted already: it does not yield,
     moved = plan_on_pool(pool, thirds, 1500, 64, 4.0, CONFIG, moving=True)[1]
     assert 'expected to cost the goals there 1.00' in moved.note
+    # and it goes on wherever a token still fits, at any chance; not where none does.
+    few = plan_on_pool(pool, thirds, 40, 64, 0.7, CONFIG, moving=True)[1]
+    assert few.fit_probability < CONFIG.admit_probability  # 1-2 tokens fit, no answer
+    assert few.note.startswith('best effort after its replica failed')
+    with pytest.raises(Rejection, match='no replica is predicted to answer in time'):
+        plan_on_pool(pool, thirds, 40, 64, 0.7, CONFIG)
+    with pytest.raises(Rejection, match='no replica is predicted to answer in time'):
+        plan_on_pool(pool, thirds, 40, 64, 0.05, CONFIG, moving=True)
     # A 40-token prompt costs it nothing: it joins, though its median answer misses.
     plan = plan_on_pool(pool, thirds, 40, 64, 1.5, CONFIG)[1]
     assert 0 < plan.fit_probability < 0.5 and 'expected to cost' not in plan.note

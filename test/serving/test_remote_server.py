@@ -69,3 +69,20 @@ def test_a_prediction_past_the_labels_cap_plans_for_the_goals_cap():
     assert basis.spread is None and basis.typical == basis.predicted == 1000
     within = server._length_basis(_job('Write an essay.', cap=100))
     assert within.spread is AtTheCap.distribution and within.predicted == 100
+
+
+def test_a_goal_no_replica_can_finish_after_its_replica_failed_is_killed_not_failed():
+    from types import SimpleNamespace
+    from timebill_ros.core.request import Outcome
+    from timebill_ros.serving.remote import RemoteAnswer
+    job = _job('Go?')
+    now = job.clock.now()
+    why = ('replica http://a:1 failed after 12 tokens: RemoteProtocolError; not moved: no '
+           'replica is predicted to answer in time')
+    answer = RemoteAnswer(text='Stop at the', tokens=12, ended='killed', error=why,
+                          started=now - 1.0, finished=now)
+    result = RemoteServer._result(SimpleNamespace(log=None, closing=''), job, 'http://a:1',
+                                  answer, now - 1.0, [])
+    assert result.outcome == Outcome.KILLED and not result.deadline_met
+    assert result.reason.startswith('killed ') and 's before the deadline after 12 tokens: '\
+        'replica http://a:1 failed' in result.reason and result.text == 'Stop at the'

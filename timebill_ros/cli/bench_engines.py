@@ -110,6 +110,7 @@ class Nodes:
                 'decode_s': res.decode_s, 'admission_s': max(0.0, admission),
                 'tokens': res.tokens, 'text': res.text, 'reason': res.reason,
                 'prompt_tokens': int(plan.prompt_tokens), 'precision': plan.precision,
+                'prefill_precision': plan.prefill_precision,
                 'predicted': int(plan.predicted_tokens), 'alpha': float(plan.eviction_ratio),
                 'fit': float(plan.fit_probability), 'note': plan.note}
 
@@ -266,6 +267,8 @@ def _choices(records: list) -> dict:
         if record['strategy'] == 'AUTO':
             tier = choices.setdefault(record['tier'], {})
             name = record.get('precision', '') if record['outcome'] != 'REFUSED' else 'refused'
+            if record.get('prefill_precision', '').startswith('llama.cpp-'):  # a hand-over
+                name = f"{record['prefill_precision']}>{name}"
             tier[name] = tier.get(name, 0) + 1
     return choices
 

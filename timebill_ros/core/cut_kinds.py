@@ -282,7 +282,9 @@ class OtherEngine(Cut):
 
 
 # Seconds a prompt token's KV takes to move between two llama.cpp options (exported as
-# sequence state, read by the other context): results/engines/split_prefill/probe.py.
+# sequence state, read by the other context). Measured 9 us at 66 tokens
+# (results/engines/split_prefill); the export alone took 16 us a token at 4,224
+# (results/engines/llama_cache_determinism/probe_state.py): planned with room above both.
 HANDOVER_S_PER_TOKEN = 4e-5
 
 
@@ -318,9 +320,9 @@ def handover_pairs(models: dict, n_x: int) -> list:
 class EngineHandOver(OtherEngine):
     """The prompt prefilled on one resident engine, the answer decoded on another.
 
-    For llama.cpp variants of one model (runtime.llama_engine.HandOver): F16 prefills
-    about twice as fast as Q4_1 here and Q4_1 decodes about twice as fast as F16, so
-    this is faster than either alone. ``cached`` counts the prefill engine's held
+    For llama.cpp variants of one model (runtime.llama_engine.HandOver): on the AMD
+    EPYC VM F16 prefills 1.7x faster than Q4_1 and Q4_1 steps 1.1x faster than F16,
+    so the pair is faster than either alone. ``cached`` counts the prefill engine's held
     prompt; the effect is the measured row ``handover_name`` (else the decode
     engine's).
     """

@@ -222,9 +222,13 @@ class LlamaModel:
 
         The state must come from a model of the same layout and KV type (the GGUF
         variants of one model) and a context of as many sequences (each its own KV
-        stream): llama.cpp checks both. None when it cannot be read.
+        stream): llama.cpp checks both. None when it cannot be read, or when every
+        sequence is in use.
         """
-        seq_id = self.acquire()
+        try:
+            seq_id = self.acquire()
+        except RuntimeError:
+            return None
         with self._lock:
             if self._api.llama_state_seq_set_data(self._ctx, state, len(state), seq_id) != 0:
                 return seq_id

@@ -137,7 +137,8 @@ def plan_on_pool(pool, basis: LengthBasis, prompt_tokens: int, cap: int,
     The goal goes where it adds the most expected deadlines met: its own chance there
     less what it costs the goals already there (ties: the earliest predicted finish).
     ``moving``: the goal was admitted and its replica failed; it does not yield (it
-    would end FAILED for a planning choice), only a goal with no chance left is refused.
+    would end FAILED for a planning choice) and goes on wherever a token of it still
+    fits, at any chance; only where none fits is it refused.
     """
     expected, planned = expected_lengths(basis, cap, config.plan_quantile)
     options = _options(pool, basis, prompt_tokens, expected, cap, left_s)
@@ -151,7 +152,7 @@ def plan_on_pool(pool, basis: LengthBasis, prompt_tokens: int, cap: int,
         return option.fit >= 1 and option.route.load.running == 0 and config.idle_best_effort
 
     admissible = [o for o in options if o.fit >= 1
-                  and (o.chance >= config.admit_probability or idle_try(o))]
+                  and (o.chance >= config.admit_probability or idle_try(o) or moving)]
     if not admissible:
         first = options[0]
         raise Rejection(f'no replica is predicted to answer in time: '
@@ -167,8 +168,8 @@ def plan_on_pool(pool, basis: LengthBasis, prompt_tokens: int, cap: int,
                         f'for its own chance {chance:.2f} ({seconds:.3f} s for a {words}, '
                         f'{left_s:.3f} s left)')
     best_effort = '' if chance >= config.admit_probability else (
-        f'best effort on an idle replica: P(answer ends within the {fit} tokens that fit) '
-        f'= {chance:.3f}; ')
+        f'best effort {"after its replica failed" if moving else "on an idle replica"}: '
+        f'P(answer ends within the {fit} tokens that fit) = {chance:.3f}; ')
     ttft = route.wait_s + timing.ttft_s(prompt_tokens, load)
     worst = route.wait_s + timing.finish_s(prompt_tokens, planned, load)
     plan = Plan(mode=Mode.NONE, prompt_tokens=prompt_tokens, predicted_tokens=expected,

@@ -219,6 +219,10 @@ class RemoteServer:
                 if not answer.tokens:  # nothing ran: refused, with why
                     return ended_before_start(job.clock, Outcome.REJECTED, why, job.plan)
                 answer.error = why
+                if not structured and job.request.policy == OverrunPolicy.KILL:
+                    # No replica can stream the rest by the deadline: Kill ends it now,
+                    # its text partial (the replica's failure is not the goal's).
+                    answer = replace(answer, ended='killed', finished=job.clock.now())
                 return self._result(job, replica.url, answer, started, [])
             self.log.warning(f'goal {job.key[:8]}: {failures[-1]}; moved to {replica.url}')
 
@@ -282,6 +286,10 @@ class RemoteServer:
             why = 'max_new_tokens reached' if stop == StopReason.MAX_TOKENS else 'end of answer'
             reason = (f'completed in time ({why}, {spare:.3f} s to spare)' if met else
                       f'completed {-spare:.3f} s after the deadline ({why})')
+        elif answer.ended == 'killed' and answer.error:  # before the deadline: why
+            outcome, stop = Outcome.KILLED, StopReason.KILLED
+            reason = (f'killed {clock.deadline - answer.finished:.3f} s before the deadline '
+                      f'after {answer.tokens} tokens: {answer.error}; text is partial')
         elif answer.ended == 'killed':
             outcome, stop = Outcome.KILLED, StopReason.KILLED
             reason = (f'killed at the deadline after {answer.tokens} tokens '
