@@ -66,6 +66,9 @@ def test_a_handed_over_goal_teaches_its_prefill_to_one_engine_and_its_steps_to_t
                        prefill_s=0.2, decode_s=0.03, step_times=(0.0075,) * 4, plan=plan,
                        kv_tokens=2)
     learn_timing(pipeline, job(), result)
+    learning = Learning(window=16, dtype='float32')
+    learning.count(job(), result)
+    assert learning.last_precision == 'llama.cpp-f16>llama.cpp-q4_1'  # diagnostics name both
     assert list(f16.prefill_samples) == [(2, 0.2)] and not f16.decode_samples
     assert not q4.prefill_samples and len(q4.decode_samples) == 4
     assert not pipeline.online.prefill_samples  # the torch ETE learns nothing of it
