@@ -105,3 +105,10 @@ def test_planner_settings_are_the_node_configuration_s():
         replace(settings, time_margin=1.0)
     with pytest.raises(ValueError, match='infeasible must be one of'):
         replace(settings, infeasible='pray')
+
+
+def test_a_plan_prefilling_on_another_option_names_its_hand_over():
+    from timebill_ros.core.cut_kinds import handover_of
+    assert handover_of('llama.cpp-q4_1', 'llama.cpp-f16') == 'llama.cpp-f16>llama.cpp-q4_1'
+    assert handover_of('bfloat16', 'bfloat16') == ''  # a 16-bit copy prefills for itself
+    assert handover_of('llama.cpp-q4_1', '') == ''

@@ -32,6 +32,7 @@ import sys
 import time
 
 from timebill_ros.cli.common import commit, machine, shipped_params, stamped_log
+from timebill_ros.core.cut_kinds import handover_of
 from timebill_ros.evaluation import metrics, robot_workload
 
 RELATIVE = (0.3, 0.5, 0.7, 1.0)
@@ -266,9 +267,9 @@ def _choices(records: list) -> dict:
     for record in records:
         if record['strategy'] == 'AUTO':
             tier = choices.setdefault(record['tier'], {})
-            name = record.get('precision', '') if record['outcome'] != 'REFUSED' else 'refused'
-            if record.get('prefill_precision', '').startswith('llama.cpp-'):  # a hand-over
-                name = f"{record['prefill_precision']}>{name}"
+            precision = record.get('precision', '')
+            name = 'refused' if record['outcome'] == 'REFUSED' else handover_of(
+                precision, record.get('prefill_precision', '')) or precision
             tier[name] = tier.get(name, 0) + 1
     return choices
 

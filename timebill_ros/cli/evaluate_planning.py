@@ -34,6 +34,7 @@ import sys
 import time
 
 from timebill_ros.cli import common
+from timebill_ros.core.cut_kinds import handover_of
 from timebill_ros.core.length import observed_distribution
 from timebill_ros.core.timing import reusable_prefix
 from timebill_ros.evaluation import metrics
@@ -380,8 +381,9 @@ class Replay:
         return met_share(took, budget, self.jitter), self._f1(trace, item), option
 
     def _option(self, plan) -> str:
-        if plan.prefill_precision.startswith('llama.cpp-'):  # a hand-over's own trace
-            return f'{plan.prefill_precision}>{plan.precision}'
+        handover = handover_of(plan.precision, plan.prefill_precision)
+        if handover:  # its own trace
+            return handover
         if plan.precision.startswith('llama.cpp-'):
             return plan.precision
         if plan.eviction_ratio > 0.0:

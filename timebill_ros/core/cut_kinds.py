@@ -293,6 +293,15 @@ def handover_name(prefill: str, decode: str) -> str:
     return f'{prefill}>{decode}'
 
 
+def handover_of(precision: str, prefill_precision: str) -> str:
+    """Return the hand-over a plan runs ('' if none): it prefills on another option.
+
+    A 16-bit copy's prefill (CopyPrefill) names its own precision for both.
+    """
+    return handover_name(prefill_precision, precision) \
+        if prefill_precision not in ('', precision) else ''
+
+
 def handover_names(engines) -> frozenset:
     """Return the hand-over option of every ordered pair of ``engines`` (a goal may pin one)."""
     return frozenset(handover_name(a, b) for a in engines for b in engines if a != b)

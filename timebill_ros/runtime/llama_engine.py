@@ -198,11 +198,9 @@ class LlamaModel:
         """
         if not self.hold_prefix or len(ids) <= max(self.chunk, MIN_REUSE):
             return
-        api = self._api
+        state = self.export(seq_id)
         with self._lock:
-            size = api.llama_state_seq_get_size(self._ctx, seq_id)
-            state = (ctypes.c_uint8 * size)()
-            if api.llama_state_seq_get_data(self._ctx, state, size, seq_id) != size:
+            if state is None:
                 self._drop_held()
                 return
             self._held, self._held_state = list(ids), state

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from timebill_ros.core.cut_kinds import handover_name, handover_pairs
+from timebill_ros.core.cut_kinds import handover_name, handover_pairs, HANDOVER_S_PER_TOKEN
 from timebill_ros.core.profile import Profile
 from timebill_ros.runtime.llama_engine import (
     calibrate_llama, gguf_variant, KV_LAYOUT, llama_grid, LlamaEngine, LlamaModel,
@@ -116,8 +116,9 @@ def describe_regime(main, precisions: dict, engines: dict, prompt: int = 64,
     rows.update({name: (model.wcet(prompt, 0.0, answer), model.step(prompt))
                  for name, model in engines.items()})
     if handover:  # one option's prefill, another's steps (core.cut_kinds.EngineHandOver)
-        rows.update({handover_name(a, b): (engines[a].prefill(prompt) + engines[b].decode(
-            prompt, answer), engines[b].step(prompt))
+        rows.update({handover_name(a, b): (
+            engines[a].prefill(prompt) + HANDOVER_S_PER_TOKEN * prompt
+            + engines[b].decode(prompt, answer), engines[b].step(prompt))
             for a, b in handover_pairs(engines, prompt)})
     fastest = min(rows, key=lambda name: rows[name][0])
     parts = ', '.join(f'{name} {seconds:.2f} s (step {1e3 * step:.1f} ms)'

@@ -6,7 +6,7 @@ from collections import deque, OrderedDict
 from dataclasses import replace
 import threading
 
-from timebill_ros.core.cut_kinds import handover_name
+from timebill_ros.core.cut_kinds import handover_of
 from timebill_ros.core.execution import JobResult
 from timebill_ros.core.length import observed_distribution
 from timebill_ros.core.planning import GRAMMAR_ANSWERS, MIXED
@@ -75,11 +75,8 @@ class Learning:
                 self.telemetry.deadline_rejection(result.plan.fit_probability)
             if result.prefill_s > 0.0:
                 plan = result.plan
-                handed = plan.prefill_precision not in ('', plan.precision) and \
-                    plan.precision.startswith('llama.cpp-')  # a hand-over names both
-                self.last_precision = plan.precision_text or (
-                    handover_name(plan.prefill_precision, plan.precision) if handed
-                    else plan.precision) or self.dtype
+                self.last_precision = plan.precision_text or handover_of(
+                    plan.precision, plan.prefill_precision) or plan.precision or self.dtype
             if result.prefill_s > 0.0 and result.outcome != Outcome.FAILED \
                     and not result.prefill_tokens:
                 self._answer_ran(result.tokens, result.outcome == Outcome.COMPLETED,
