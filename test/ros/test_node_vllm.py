@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import client_fixture, NodeProcess
+from conftest import client_fixture, NodeProcess, run_unstalled
 from timebill_ros.core.request import Outcome
 
 VLLM_PYTHON = os.environ.get('TIMEBILL_VLLM_PYTHON', '')
@@ -140,13 +140,14 @@ def test_a_goal_is_answered_by_the_replica_and_streamed(client):
     assert result.plan.predictor.startswith('rlp-text') and result.plan.predicted_tokens >= 1
 
 
-def test_kill_ends_a_remote_goal_at_its_deadline(client):
+def test_kill_ends_a_remote_goal_at_its_deadline(client, node):
     from timebill_ros.tools.client import make_goal
-    run = client.ask(make_goal('Write a detailed essay about the history of robotics.',
-                               4.0, max_new_tokens=400), 60)
+    run = run_unstalled(lambda: client.ask(make_goal(
+        'Write a detailed essay about the history of robotics.', 4.0, max_new_tokens=400), 60))
     result = run.result
     assert result.outcome == Outcome.KILLED and not result.deadline_met
-    assert result.e2e_s <= 4.0 + 0.2, result.reason  # one token plus the network
+    # One token plus the network; the node's log says why when it is later.
+    assert result.e2e_s <= 4.0 + 0.2, (result.reason, ''.join(node.lines[-20:]))
     assert run.streamed_text == result.text
 
 
@@ -164,10 +165,14 @@ def test_a_schema_goal_gets_json_that_validates(client):
 def test_many_goals_at_once_each_get_their_result_at_their_deadline(client):
     """More goals run at once than a local node's executor threads: none waits for one."""
     from timebill_ros.tools.client import make_goal
-    runs = [client.send(make_goal(f'Write a detailed essay about robot number {i}.', 8.0,
-                                  max_new_tokens=400)) for i in range(12)]
-    for run in runs:
-        client.wait(run, 60)
+
+    def twelve_goals():
+        runs = [client.send(make_goal(f'Write a detailed essay about robot number {i}.', 8.0,
+                                      max_new_tokens=400)) for i in range(12)]
+        for run in runs:
+            client.wait(run, 60)
+        return runs
+    runs = run_unstalled(twelve_goals)
     accepted = [run for run in runs if run.accepted]
     assert all(run.reject_reason for run in runs if not run.accepted)
     assert len(accepted) >= 6, [run.reject_reason for run in runs]
