@@ -197,11 +197,6 @@ def test_a_goal_with_little_chance_left_gives_its_seat_to_the_goals_beside_it():
     assert why.startswith('its seat given up: its chance of ending by the deadline 0.00 '
                           'after 40 tokens is below the 2.00 deadlines its steps cost the 2 '
                           'goals beside it')
-    # A goal with a fair chance keeps its seat, whatever the others would gain: one
-    # token from its end, the third stays and one of the two doomed ones goes.
-    hopeless.tokens = 29
-    chosen, why = seat_to_give_up(replica.inflight, replica.timing, 0.0)
-    assert chosen in sure and 'deadline 0.00 after 18 tokens' in why
     # Alone, a goal keeps its seat to its deadline: nobody gains from its leaving.
     alone = pool_of().replicas[0]
     pool.replicas.append(alone)

@@ -101,10 +101,6 @@ def cost_to_others(route, prompt_tokens: int, now: float) -> float:
 
 
 GIVE_UP_MARGIN = 0.1  # deadlines: a seat is given up only for a clear gain to the others
-# Only a goal as good as lost gives its seat up: the gains to the others are summed from
-# a fitted step slope, and weighed against a fair chance they gave up sure answers (a
-# first try at 2129ac0 stopped goals with chances of 0.3-1.0 and met fewer).
-GIVE_UP_CHANCE = 0.1
 
 
 def _chance_in_time(goal, timing, now: float, beside: int) -> float:
@@ -121,8 +117,8 @@ def seat_to_give_up(inflight: list, timing, now: float) -> tuple | None:
     in every decode step until its Kill, slowing the goals beside it. Ending it now
     costs its own chance and gives each of the others the steps it took (their chance
     with one goal fewer beside, less their chance now). Only goals that may be stopped
-    early (``stop`` set up) and whose own chance is below GIVE_UP_CHANCE are weighed,
-    and only a gain of more than GIVE_UP_MARGIN counts: the one with the largest, or None.
+    early (``stop`` set up) are weighed, and only a gain of more than GIVE_UP_MARGIN
+    counts: the one with the largest, or None.
     """
     weighed = [goal for goal in inflight if goal.basis is not None]
     running, best = len(inflight), None
@@ -130,8 +126,6 @@ def seat_to_give_up(inflight: list, timing, now: float) -> tuple | None:
         if goal.stop is None or goal.stop.is_set():
             continue
         own = _chance_in_time(goal, timing, now, running - 1)
-        if own >= GIVE_UP_CHANCE:
-            continue
         others = sum(_chance_in_time(other, timing, now, running - 2)
                      - _chance_in_time(other, timing, now, running - 1)
                      for other in weighed if other is not goal)
