@@ -1,6 +1,5 @@
 """Admission on a replica pool: the length spread, the tokens that fit, the refusal rules."""
 
-import threading
 from types import SimpleNamespace
 
 import pytest
@@ -9,8 +8,7 @@ from timebill_ros.core.length import observed_distribution
 from timebill_ros.core.request import Rejection
 from timebill_ros.serving.remote import Load, RemoteAnswer, ReplicaPool
 from timebill_ros.serving.remote_admission import (
-    chance_after, expected_lengths, fit_probability, LengthBasis, plan_on_pool,
-    seat_to_give_up)
+    chance_after, expected_lengths, fit_probability, LengthBasis, plan_on_pool)
 
 CONFIG = SimpleNamespace(plan_quantile=0.9, admit_probability=0.001, yield_when_late=True,
                          idle_best_effort=False)
@@ -174,32 +172,3 @@ def test_an_idle_replica_runs_a_goal_without_a_chance_as_best_effort():
         plan_on_pool(pool, LengthBasis(spread, 60.0), 40, 64, 1.0, config)
     with pytest.raises(Rejection, match='no replica is predicted'):  # not even one token
         plan_on_pool(pool_of(), LengthBasis(spread, 60.0), 40, 64, 0.3, config)
-
-
-def test_a_goal_with_little_chance_left_gives_its_seat_to_the_goals_beside_it():
-    pool = pool_of()
-    replica = pool.replicas[0]
-    replica.timing.itl_coef[:] = (0.1, 0.1)  # each goal beside adds 0.1 s a step
-    # Two goals 15 tokens from their answers' end, 2.5 s left: 0.3-s steps beside the
-    # third goal fit 8 of them, 0.2-s steps without it 12; neither ends in time with it.
-    sure = [running_there(pool, replica, deadline=2.5, expected=30) for _ in range(2)]
-    for goal in sure:
-        goal.tokens = 18
-    # The third: 40 tokens streamed of answers that all ended at 30, so its chance is
-    # that of a fresh answer ending in the 8 tokens that fit: none.
-    hopeless = running_there(pool, replica, deadline=2.5, expected=30)
-    hopeless.tokens = 40
-    assert seat_to_give_up(replica.inflight, replica.timing, 0.0) is None  # no stop set
-    for goal in replica.inflight:
-        goal.stop = threading.Event()
-    chosen, why = seat_to_give_up(replica.inflight, replica.timing, 0.0)
-    assert chosen is hopeless
-    assert why.startswith('its seat given up: its chance of ending by the deadline 0.00 '
-                          'after 40 tokens is below the 2.00 deadlines its steps cost the 2 '
-                          'goals beside it')
-    # Alone, a goal keeps its seat to its deadline: nobody gains from its leaving.
-    alone = pool_of().replicas[0]
-    pool.replicas.append(alone)
-    goal = running_there(pool, alone, deadline=2.5, expected=30)
-    goal.tokens, goal.stop = 40, threading.Event()
-    assert seat_to_give_up(alone.inflight, alone.timing, 0.0) is None

@@ -129,10 +129,7 @@ _TABLE = (
           'gives both) before its prefill, instead of running into its deadline and being '
           'killed: under overload the model goes to goals that can still make theirs. '
           'Alone, a goal always runs. Schema and grammar goals the deadline closure '
-          'completes are always served. On vLLM replicas, a Kill goal already streaming '
-          'also gives its seat up (KILLED before its deadline, the reason gives both '
-          'figures) when its chance of ending in time is below what its steps cost the '
-          'goals beside it by more than 0.1 deadlines.'),
+          'completes are always served.'),
     Param('fit_tolerance', 0.02, "MODE_AUTO's choice among cuts and engines: those whose "
           'P(answer fits) is within this of the surest one (each counted up to '
           'plan_quantile) compete on measured fidelity; the others are left out. 0: the '

@@ -125,24 +125,21 @@ def joined(first: RemoteAnswer, rest: RemoteAnswer) -> RemoteAnswer:
 def stream_goal(client: httpx.Client, url: str, body: dict, deadline: float,
                 on_delta: Callable[[str], None] = lambda text: None,
                 canceled: Callable[[], bool] = lambda: False,
-                clock: Callable[[], float] = time.monotonic,
-                stop: threading.Event | None = None) -> RemoteAnswer:
+                clock: Callable[[], float] = time.monotonic) -> RemoteAnswer:
     """Stream one chat completion until it ends, the deadline passes or it is canceled.
 
-    ``deadline`` is on ``clock``. The stream is read on its own thread; at the deadline,
-    or when ``stop`` is set (a goal that gives its seat up), this returns at once with
-    the text so far ('killed') and closes the connection in the background, which
-    aborts the request in vLLM (closing can take a while when the replica is busy).
-    Errors (connection refused, HTTP or in-stream errors) end it as 'failed' with the
-    reason; nothing is raised.
+    ``deadline`` is on ``clock``. The stream is read on its own thread; at the deadline
+    this returns at once with the text so far ('killed') and closes the connection in
+    the background, which aborts the request in vLLM (closing can take a while when
+    the replica is busy). Errors (connection refused, HTTP or in-stream errors) end it
+    as 'failed' with the reason; nothing is raised.
     """
     answer = RemoteAnswer(started=clock())
-    state = _Stream(answer, on_delta, canceled, clock, stop or threading.Event())
+    state = _Stream(answer, on_delta, canceled, clock)
     reader = threading.Thread(target=state.read, args=(client, url, body), daemon=True,
                               name='timebill-remote-stream')
     reader.start()
-    state.wake.wait(max(0.0, deadline - clock()))
-    if state.done.is_set():
+    if state.done.wait(max(0.0, deadline - clock())):
         answer.finished = clock()
         return answer
     return state.kill()
@@ -151,11 +148,10 @@ def stream_goal(client: httpx.Client, url: str, body: dict, deadline: float,
 class _Stream:
     """One streamed answer, read on its own thread and cut by the caller at the deadline."""
 
-    def __init__(self, answer: RemoteAnswer, on_delta, canceled, clock, wake):
+    def __init__(self, answer: RemoteAnswer, on_delta, canceled, clock):
         self.answer, self.on_delta, self.canceled, self.clock = \
             answer, on_delta, canceled, clock
         self.lock, self.done, self.stopped = threading.Lock(), threading.Event(), False
-        self.wake = wake  # set when the answer ends, or by whoever stops it early
         self.delivering = threading.Event()  # set: no feedback call in progress
         self.delivering.set()
         self.response = None
@@ -182,7 +178,6 @@ class _Stream:
                     answer.ended, answer.error = 'failed', f'{type(exc).__name__}: {exc}'
         finally:
             self.done.set()
-            self.wake.set()
 
     def _events(self, response) -> None:
         """Read SSE ``data:`` events (text, token times, finish reason, usage)."""
@@ -289,9 +284,6 @@ class InFlight:
     basis: object = None
     expected: int = 1
     cap: int = 1
-    # Set to end it before its deadline (its seat given up), with why; None: never.
-    stop: threading.Event | None = None
-    stop_why: str = ''
 
     def prefill_left_s(self, now: float, timing) -> float:
         """Return the time to its first token still predicted at ``now`` (0 once it came)."""
@@ -517,7 +509,12 @@ class ReplicaPool:
                deadline: float, now: float) -> Route:
         """Return the route through ``replica`` (its own timing, or a peer's when stale)."""
         load = replica.load(deadline)
-        timing, why = self.timing_now(replica, now)
+        timing, why = replica.timing, ''
+        live = replica.live_gap_s(now)
+        if live is not None:  # the goals streaming ran with one fewer beside than this one
+            factor = min(20.0, max(0.05, live / max(timing.itl_s(load.running - 1), 1e-6)))
+            timing = LiveTiming(timing, factor)
+            why = f'steps timed on the gaps streaming now ({1e3 * live:.0f} ms)'
         wait = replica.seat_wait_s(now, timing, self.seats)
         if wait > 0.0:
             why = '; '.join(filter(None, (why, f'{wait:.3f} s waiting for one of its '
@@ -533,18 +530,6 @@ class ReplicaPool:
                 route = Route(replica, seconds, load, peer.timing,
                               f'no stream for {age:.1f} s: timed as {peer.url}')
         return route
-
-    @staticmethod
-    def timing_now(replica: Replica, now: float) -> tuple:
-        """Return (timing, why): the replica's fit, its steps scaled to its live gaps."""
-        live = replica.live_gap_s(now)
-        if live is None:
-            return replica.timing, ''
-        # The goals streaming ran with one fewer beside than a newcomer would.
-        beside = max(0, replica.running - 1)
-        factor = min(20.0, max(0.05, live / max(replica.timing.itl_s(beside), 1e-6)))
-        return (LiveTiming(replica.timing, factor),
-                f'steps timed on the gaps streaming now ({1e3 * live:.0f} ms)')
 
     def down_reasons(self) -> str:
         """Return why the replicas that are down are down, in one line."""

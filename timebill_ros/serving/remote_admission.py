@@ -100,45 +100,6 @@ def cost_to_others(route, prompt_tokens: int, now: float) -> float:
     return max(0.0, lost)
 
 
-GIVE_UP_MARGIN = 0.1  # deadlines: a seat is given up only for a clear gain to the others
-
-
-def _chance_in_time(goal, timing, now: float, beside: int) -> float:
-    """Return P(``goal`` ends by its deadline) with ``beside`` goals sharing its steps."""
-    left = goal.deadline - now - goal.prefill_left_s(now, timing)
-    fit = goal.tokens + _steps(left, timing.itl_s(beside))
-    return chance_after(goal.basis, goal.expected, goal.tokens, fit, goal.cap)
-
-
-def seat_to_give_up(inflight: list, timing, now: float) -> tuple | None:
-    """Return (goal, why) for the goal on a replica whose seat is worth more to the others.
-
-    A goal whose answer has little chance left to end by its deadline still takes a seat
-    in every decode step until its Kill, slowing the goals beside it. Ending it now
-    costs its own chance and gives each of the others the steps it took (their chance
-    with one goal fewer beside, less their chance now). Only goals that may be stopped
-    early (``stop`` set up) are weighed, and only a gain of more than GIVE_UP_MARGIN
-    counts: the one with the largest, or None.
-    """
-    weighed = [goal for goal in inflight if goal.basis is not None]
-    running, best = len(inflight), None
-    for goal in weighed:
-        if goal.stop is None or goal.stop.is_set():
-            continue
-        own = _chance_in_time(goal, timing, now, running - 1)
-        others = sum(_chance_in_time(other, timing, now, running - 2)
-                     - _chance_in_time(other, timing, now, running - 1)
-                     for other in weighed if other is not goal)
-        if others - own > GIVE_UP_MARGIN and (best is None or others - own > best[0]):
-            best = (others - own, goal, own, others)
-    if best is None:
-        return None
-    _, goal, own, others = best
-    return goal, (f'its seat given up: its chance of ending by the deadline {own:.2f} '
-                  f'after {goal.tokens} tokens is below the {others:.2f} deadlines its '
-                  f'steps cost the {running - 1} goals beside it')
-
-
 def _steps(seconds: float, step_s: float) -> int:
     return max(0, int(seconds / max(step_s, 1e-6)))
 

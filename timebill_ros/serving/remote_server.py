@@ -29,7 +29,7 @@ from timebill_ros.serving.jobs import Job, JobHooks
 from timebill_ros.serving.learning import Learning
 from timebill_ros.serving.remote import (
     deadline_priority, joined, RemoteAnswer, RemoteGoal, ReplicaPool, stream_goal)
-from timebill_ros.serving.remote_admission import LengthBasis, plan_on_pool, seat_to_give_up
+from timebill_ros.serving.remote_admission import LengthBasis, plan_on_pool
 
 
 # A Kill later than this is logged: it should be late by one token plus the network.
@@ -239,7 +239,6 @@ class RemoteServer:
 
         def on_delta(text: str) -> None:
             self.pool.token(on_replica)
-            self._review(replica)
             now = job.clock.now()
             job.hooks.on_feedback(TokenEvent(index[0], -1, text, now),
                                   job.clock.elapsed(now), job.clock.remaining(now), job.plan)
@@ -253,39 +252,19 @@ class RemoteServer:
             if skip_next else None
         if watch is not None:
             watch.start()
-        # A Kill goal may give its seat up before its deadline (yield_when_late); a
-        # structured one is not cut short (its answer would not parse).
-        stop = threading.Event() if request.policy == OverrunPolicy.KILL and not (
-            output.json_schema or output.grammar) else None
         on_replica = self.pool.started(
             replica, job.clock.deadline, len(job.prompt_ids) + before.tokens,
             tokens=before.tokens, basis=job.length_basis,
             expected=max(1, job.plan.predicted_tokens + before.tokens),
-            cap=request.max_new_tokens, stop=stop)
+            cap=request.max_new_tokens)
         try:
             answer = stream_goal(self.client, replica.url, body, until, on_delta,
-                                 lambda: bool(self.closing) or job.hooks.cancel_requested(),
-                                 stop=stop)
+                                 lambda: bool(self.closing) or job.hooks.cancel_requested())
         finally:
             if watch is not None:
                 watch.cancel()
-        if answer.ended == 'killed' and on_replica.stop_why \
-                and answer.finished < job.clock.deadline:
-            answer = replace(answer, error=on_replica.stop_why)
         self.pool.ended(replica, answer, on_replica)
         return answer
-
-    def _review(self, replica) -> None:
-        """Stop the goal on ``replica`` whose seat is worth more to the goals beside it."""
-        if not self.config.yield_when_late:
-            return
-        now = self.pool.clock()
-        timing, _ = self.pool.timing_now(replica, now)
-        chosen = seat_to_give_up(list(replica.inflight), timing, now)
-        if chosen is not None:
-            goal, why = chosen
-            goal.stop_why = why
-            goal.stop.set()
 
     def _overran(self, key: str) -> None:
         with self.lock:
