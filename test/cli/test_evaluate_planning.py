@@ -117,9 +117,11 @@ def test_a_tier_run_prefills_only_what_its_cache_lacks():
     warm = {**cold, 'prefill_s': 0.05, 'note': '992 of 1000 prompt tokens in the prefix cache'}
     assert ev.cached_then(warm) == 992
     assert ev.warm_prefill(warm, prefill, 992) == pytest.approx(0.05)
-    # llama.cpp holds its last prompt only: warm when an item's runs come together.
-    assert ev.cached_now('llama.cpp-q4_1', 1000, 'item') == 999
-    assert ev.cached_now('llama.cpp-q4_1', 1000, 'tier') == 0
+    # A llama.cpp option holds every prompt longer than a chunk (64 tokens) and takes
+    # the whole chunks of all but the last token; a short command is held by none.
+    assert ev.cached_now('llama.cpp-q4_1', 1000, 'item') == 960
+    assert ev.cached_now('llama.cpp-q4_1', 1000, 'tier') == 960
+    assert ev.cached_now('llama.cpp-q4_1', 60, 'item') == 0
     held = {**cold, 'note': '999 of 1000 prompt tokens held by llama.cpp-q4_1 from its last'}
     assert ev.cached_then(held) == 999
 

@@ -279,3 +279,10 @@ def test_a_repeated_prompt_reuses_its_whole_blocks_before_its_last_token():
     assert PREFIX_BLOCK == 32
     assert [reusable_prefix(n) for n in (0, 1, 32, 33, 64, 65, 622)] == \
         [0, 0, 0, 32, 32, 64, 608]  # 608 of 622, as the node's plan notes say
+
+
+def test_a_llama_option_reuses_the_whole_chunks_of_a_held_prompt():
+    from timebill_ros.core.timing import held_prefix
+    assert held_prefix(1000, 64) == 960  # all whole chunks but the last token's
+    assert held_prefix(64, 64) == 0 and held_prefix(60, 64) == 0  # short: not held
+    assert held_prefix(129, 64) == 128

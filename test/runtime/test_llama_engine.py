@@ -207,7 +207,7 @@ def test_a_held_prompt_is_reused_by_the_next_one_that_starts_alike(tokenizer):
     context = 'Dock 3 is free. Forklift 7 charges at bay 2. Aisle 9 is blocked. ' * 6
     first, second = (prompt_ids(tokenizer, q, context)
                      for q in ('Which aisle is blocked?', 'Where does forklift 7 charge?'))
-    held = LlamaModel(embedded_gguf(), 2048, 2, 16, 2, hold_prefix=True)
+    held = LlamaModel(embedded_gguf(), 2048, 2, 16, 2, hold_mb=64)
     fresh = LlamaModel(embedded_gguf(), 2048, 2, 16, 2)
     try:
         engines = [LlamaEngine(model, option_name('q4_1'), tokenizer,
@@ -223,12 +223,37 @@ def test_a_held_prompt_is_reused_by_the_next_one_that_starts_alike(tokenizer):
         assert stats.prefix_tokens == whole_chunks
         assert tokens == answer(engines[1], second, 5)[0]
         # Every sequence is free again; the held prompt stays until dropped.
-        assert sorted(held._free) == [0, 1] and held._held == second
+        assert sorted(held._free) == [0, 1] and held.held_prompts == [first, second]
         held.forget()
-        assert held._held == [] and answer(engines[0], second, 1)[1].prefix_tokens == 0
+        assert held.held_prompts == [] and answer(engines[0], second, 1)[1].prefix_tokens == 0
     finally:
         held.close()
         fresh.close()
+
+
+def test_several_prompts_are_held_the_least_recently_used_out_first(tokenizer):
+    docks = 'Dock 3 is free. Forklift 7 charges at bay 2. Aisle 9 is blocked. ' * 6
+    roads = 'Lane 2 is closed. The ramp is icy. Gate B opens at noon today. ' * 6
+    dock_a, dock_b, road = (prompt_ids(tokenizer, q, c) for q, c in (
+        ('Which aisle is blocked?', docks), ('Where does forklift 7 charge?', docks),
+        ('Which lane is closed?', roads)))
+    model = LlamaModel(embedded_gguf(), 2048, 2, 16, 2, hold_mb=64)
+    try:
+        engine = LlamaEngine(model, option_name('q4_1'), tokenizer, {tokenizer.eos_token_id})
+        answer(engine, dock_a, 1)
+        answer(engine, road, 1)
+        # A robot alternating contexts finds each held: the dock question after the road
+        # one takes the dock context from the first prompt.
+        shared = engine.cached_prefix(dock_b)
+        assert model.held_prompts == [dock_a, road] and shared >= 32
+        assert answer(engine, dock_b, 1)[1].prefix_tokens == shared
+        assert model.held_prompts == [road, dock_a, dock_b]  # reused: the most recent
+        # Past the memory bound the least recently used goes first.
+        model.hold_bytes = model.held_bytes - 1
+        answer(engine, road, 1)
+        assert model.held_prompts == [dock_b, road] and model.held_bytes <= model.hold_bytes
+    finally:
+        model.close()
 
 
 def test_a_prompt_answers_the_same_whatever_the_cache_held_before(tokenizer):
@@ -237,7 +262,7 @@ def test_a_prompt_answers_the_same_whatever_the_cache_held_before(tokenizer):
     context = 'Robot 4 waits at door B. The lift is out of service until noon. ' * 8
     prompts = [prompt_ids(tokenizer, q, context) for q in
                ('Summarise the status in two sentences.', 'Can robot 4 use the lift now?')]
-    held = LlamaModel(embedded_gguf(), 2048, 2, 16, 2, hold_prefix=True)
+    held = LlamaModel(embedded_gguf(), 2048, 2, 16, 2, hold_mb=64)
     fresh = LlamaModel(embedded_gguf(), 2048, 2, 16, 2)
     try:
         engines = [LlamaEngine(model, option_name('q4_1'), tokenizer,

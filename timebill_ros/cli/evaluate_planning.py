@@ -36,7 +36,8 @@ import time
 from timebill_ros.cli import common
 from timebill_ros.core.cut_kinds import handover_of
 from timebill_ros.core.length import observed_distribution
-from timebill_ros.core.timing import reusable_prefix
+from timebill_ros.core.config import NodeConfig
+from timebill_ros.core.timing import held_prefix, reusable_prefix
 from timebill_ros.evaluation import metrics
 
 # Option traces by the name the planner gives them (Plan.precision; '' = float32).
@@ -103,12 +104,17 @@ def cached_now(option: str, n: int, order: str) -> int:
     """Return the prompt tokens a tier run of an ``n``-token prompt finds cached.
 
     Every tier run repeats a prompt its node prefilled in the loose run: the torch
-    prefix cache keeps all its whole blocks but the last token's. A llama.cpp option
-    holds only its last prompt, all but one token: this item's when its runs come
-    together (``order`` 'item'), another item's otherwise.
+    prefix cache keeps all its whole blocks but the last token's; a llama.cpp option
+    holds the prompts longer than a chunk (several, least recently used out first past
+    prefix_cache_mb: every item's of a 20-item run) and takes the whole chunks of all but
+    the last token (core.timing.held_prefix). Short robot commands are held by none.
+    ``order`` no longer matters (it did while an option held its last prompt only: runs
+    before 2026-12-05 14:00 UTC in 'item' order found the prompt AUTO had run held, a
+    context-reduced one at times).
     """
+    del order
     if option.startswith('llama.cpp-'):
-        return n - 1 if order == 'item' else 0
+        return held_prefix(n, NodeConfig().llama_chunk)
     return reusable_prefix(n)
 
 
@@ -169,7 +175,6 @@ def make_planner(report: dict, machine: Machine, length: RecordedLength, drift: 
     measured of their own errors); ``handover``: the run traced a hand-over between
     llama.cpp options (runs before it did not: the planner then offers none).
     """
-    from timebill_ros.core.config import NodeConfig
     from timebill_ros.core.cuts import CutEffects, SHIPPED
     from timebill_ros.core.planning import TimeBillPlanner
     from timebill_ros.core.planner_settings import PlannerSettings
@@ -242,7 +247,6 @@ class Replay:
         What the node's ``text_length_predictor`` says of each item (and what it took
         here); the distribution is None past its labels' cap, as the node plans it.
         """
-        from timebill_ros.core.config import NodeConfig
         from timebill_ros.core.request import Mode, OverrunPolicy, Request
         from timebill_ros.runtime.predictor import text_predictor
         head = text_predictor('text')
@@ -336,7 +340,6 @@ class Replay:
         AUTO trace's admission) is at most that share of the budget; otherwise the goal
         is planned on the spread of answer lengths, with a fixed choice's admission.
         """
-        from timebill_ros.core.config import NodeConfig
         from timebill_ros.core.request import Mode, OverrunPolicy, Rejection, Request
         from timebill_ros.core.timing import with_cached_prefix
         loose = self.traces[(item, 'AUTO')]
@@ -400,7 +403,6 @@ def evaluate(report: dict, policy: dict | None = None) -> dict:
     ``policy``: AUTO's settings to replay (``fit_tolerance``, ``predictor_share``, ...;
     the node's defaults for the rest).
     """
-    from timebill_ros.core.config import NodeConfig
     from timebill_ros.runtime.length_heads import LinearHead
     from timebill_ros.runtime.predictor import SHIPPED_HEAD
     config = NodeConfig()
@@ -524,7 +526,6 @@ def markdown(report: dict, evaluation: dict) -> str:
 
 def planner_overrides(pairs: list) -> dict:
     """Return {name: value} of NAME=VALUE pairs, each checked by the node's parameter table."""
-    from timebill_ros.core.config import NodeConfig
     from timebill_ros.core.planner_settings import PlannerSettings
     known = set(PlannerSettings.__dataclass_fields__)
     overrides = {}

@@ -223,9 +223,10 @@ _TABLE = (
           'past its deadline (Kill) or canceled stops, and the goals already decoding take '
           'a step. 0: the whole prompt in one pass (not interruptible).', 0, 65536),
     Param('prefix_cache_mb', 512, 'Memory for prompt prefixes kept across goals (the torch '
-          "engine's keys and values, in blocks of 32 tokens, least recently used out first): "
-          'a goal whose prompt starts like an earlier one (the same scene, map or log '
-          'context) prefills only the rest. 0: off.', 0, 1048576),
+          "engine's keys and values, in blocks of 32 tokens; and, as much again for each "
+          "llama.cpp option, whole prompts' KV; least recently used out first): a goal whose "
+          'prompt starts like an earlier one (the same scene, map or log context) prefills '
+          'only the rest. 0: off.', 0, 1048576),
     Param('deadline_closure', True, 'When Kill (or max_new_tokens) would cut a JSON Schema '
           "or grammar goal's answer, complete it with the grammar's shortest legal values "
           "(no model step; named in the result's reason, stop_reason CLOSED_AT_DEADLINE) "

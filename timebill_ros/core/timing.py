@@ -81,6 +81,22 @@ def reusable_prefix(prompt_tokens: int, block: int = PREFIX_BLOCK) -> int:
     return max(0, prompt_tokens - 1) // block * block
 
 
+LLAMA_MIN_REUSE = 32  # fewest shared prompt tokens a llama.cpp option takes from a held one
+
+
+def held_prefix(prompt_tokens: int, chunk: int) -> int:
+    """Return the tokens of a repeated prompt a llama.cpp option takes from its held copy.
+
+    A prompt is held only when longer than a chunk and LLAMA_MIN_REUSE (runtime
+    llama_engine.LlamaModel.hold); a repeat takes the whole chunks of all but its last
+    token.
+    """
+    if prompt_tokens <= max(chunk, LLAMA_MIN_REUSE):
+        return 0
+    same = (prompt_tokens - 1) // chunk * chunk
+    return same if same >= LLAMA_MIN_REUSE else 0
+
+
 def with_cached_prefix(model: TimingModel, cached: int) -> TimingModel:
     """Return ``model`` for a prompt whose first ``cached`` tokens need no prefill."""
     if cached <= 0:

@@ -22,6 +22,7 @@ from typing import Callable, Sequence
 
 from timebill_ros.core.config import LLAMA_FORMATS
 from timebill_ros.core.execution import GenerationStats
+from timebill_ros.core.timing import LLAMA_MIN_REUSE
 from timebill_ros.runtime.batch import KeyedLane, LaneStep
 from timebill_ros.runtime.engine import StreamDecoder
 from timebill_ros.runtime.prefill import finish_prefill
@@ -30,8 +31,8 @@ from timebill_ros.runtime.prefill import finish_prefill
 PREFIX = 'llama.cpp-'
 # How the KV cache is laid out (profiles timed with another layout are retaken).
 KV_LAYOUT = 'stream-per-sequence'
-# Fewest shared prompt tokens worth reusing from the held prompt.
-MIN_REUSE = 32
+# Fewest shared prompt tokens worth reusing from a held prompt.
+MIN_REUSE = LLAMA_MIN_REUSE
 # Weight formats a variant may be made at (llama.cpp's file types).
 FORMATS = {name: f'LLAMA_FTYPE_MOSTLY_{name.upper()}' for name in LLAMA_FORMATS}
 _quiet_lock = threading.Lock()
@@ -102,31 +103,42 @@ class LlamaSequence:
     seq_id: int
 
 
+@dataclass(frozen=True)
+class _Held:
+    """A prompt held for the goals after it: its token ids and its KV as sequence state."""
+
+    ids: list
+    state: object
+
+
 class LlamaModel:
     """One GGUF loaded in llama.cpp with one context of ``sequences`` sequences.
 
     Each sequence has its own KV stream of ``context`` cells (llama.cpp's non-unified
     cache): in one shared buffer, cells of other sequences shift where a sequence's
     attention sums, and greedy answers changed with what else the cache held
-    (results/engines/llama_cache_determinism). With ``hold_prefix`` the last long
-    prompt's KV is kept (``llama_state_seq_get_data``), and a prompt that starts the same
-    way (the same context, a new question) restores it and prefills only from the last
-    whole chunk the two share, in the chunks a fresh prefill would run: tokens with the
-    held prompt equal tokens without it.
+    (results/engines/llama_cache_determinism). With ``hold_mb`` > 0 long prompts' KV is
+    kept (``llama_state_seq_get_data``, about 23 kB a token), least recently used out
+    first past ``hold_mb``, and a prompt that starts the same way as one of them (the
+    same context, a new question) restores the one it shares most with and prefills only
+    from the last whole chunk the two share, in the chunks a fresh prefill would run:
+    tokens with a held prompt equal tokens without it. More than one is kept: a robot
+    alternates contexts, and a goal whose context the planner reduced holds the reduced
+    prompt, which the next goal with the whole context shares only in part.
     """
 
     def __init__(self, path: Path, context: int, sequences: int, chunk: int, threads: int,
-                 hold_prefix: bool = False):
+                 hold_mb: int = 0):
         """Load ``path``; ``context`` KV cells for each of the ``sequences``."""
         llama_cpp = self._api = _llama()
-        self.path, self.chunk, self.hold_prefix = Path(path), chunk, hold_prefix
+        self.path, self.chunk = Path(path), chunk
+        self.hold_bytes = max(0, hold_mb) * 2 ** 20
         model_params = llama_cpp.llama_model_default_params()
         self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), model_params)
         if not self._model:
             raise LlamaUnavailable(f'llama.cpp could not load {path}')
         params = llama_cpp.llama_context_default_params()
-        self._held: list = []  # the prompt held, and its KV as llama.cpp's state bytes
-        self._held_state = None
+        self._held: list = []  # _Held prompts, the most recently used last
         params.n_ctx, params.n_seq_max, params.kv_unified = context * sequences, sequences, False
         params.n_batch = params.n_ubatch = chunk
         params.n_threads = params.n_threads_batch = threads
@@ -166,44 +178,71 @@ class LlamaModel:
             return self._shared_locked(ids, limit)
 
     def _shared_locked(self, ids: Sequence[int], limit: int) -> int:
-        same = 0
-        for mine, theirs in zip(self._held[:max(0, limit)], ids):
-            if mine != theirs:
-                break
-            same += 1
-        same -= same % self.chunk
-        return same if same >= MIN_REUSE else 0
+        return self._best_locked(ids, limit)[0]
+
+    def _best_locked(self, ids: Sequence[int], limit: int) -> tuple:
+        """Return (tokens, _Held) of the held prompt sharing the most whole chunks."""
+        best = (0, None)
+        for held in self._held:
+            same = 0
+            for mine, theirs in zip(held.ids[:max(0, limit)], ids):
+                if mine != theirs:
+                    break
+                same += 1
+            same -= same % self.chunk
+            if same >= MIN_REUSE and same > best[0]:
+                best = (same, held)
+        return best
+
+    @property
+    def held_prompts(self) -> list:
+        """Return the token ids of the prompts held, the most recently used last."""
+        with self._lock:
+            return [list(held.ids) for held in self._held]
+
+    @property
+    def held_bytes(self) -> int:
+        """Return the memory the held prompts' states take."""
+        with self._lock:
+            return sum(len(held.state) for held in self._held)
 
     def reuse(self, seq_id: int, ids: Sequence[int], limit: int) -> int:
-        """Restore the held prompt's KV its first tokens have in common with ``ids``.
+        """Restore the held KV a prompt's first tokens have in common with ``ids``.
 
         Into the empty sequence ``seq_id``; as much as ``shared_prefix`` says; return how
         many tokens (0 when llama.cpp cannot restore the state: the prefill runs whole).
         """
         with self._lock:
-            same = self._shared_locked(ids, limit)
+            same, held = self._best_locked(ids, limit)
             if not same:
                 return 0
-            state = self._held_state
+            state = held.state
             if self._api.llama_state_seq_set_data(self._ctx, state, len(state), seq_id) == 0:
                 self._api.llama_memory_seq_rm(self._memory, seq_id, -1, -1)
                 return 0
             self._api.llama_memory_seq_rm(self._memory, seq_id, same, -1)
+            self._held.remove(held)
+            self._held.append(held)
             return same
 
     def hold(self, seq_id: int, ids: Sequence[int]) -> None:
-        """Keep a just prefilled prompt's KV for the next one (a copy, about 23 kB a token).
+        """Keep a just prefilled prompt's KV for the next ones (a copy, ~23 kB a token).
 
-        Only prompts longer than a chunk and ``MIN_REUSE``: shorter ones could not be reused.
+        Only prompts longer than a chunk and ``MIN_REUSE``: shorter ones could not be
+        reused. A held prompt the new one starts with is replaced by it; the least
+        recently used go first while the held states pass ``hold_mb``.
         """
-        if not self.hold_prefix or len(ids) <= max(self.chunk, MIN_REUSE):
+        if not self.hold_bytes or len(ids) <= max(self.chunk, MIN_REUSE):
             return
         state = self.export(seq_id)
+        if state is None or len(state) > self.hold_bytes:
+            return
+        ids = list(ids)
         with self._lock:
-            if state is None:
-                self._drop_held()
-                return
-            self._held, self._held_state = list(ids), state
+            self._held = [held for held in self._held if held.ids != ids[:len(held.ids)]]
+            self._held.append(_Held(ids, state))
+            while sum(len(held.state) for held in self._held) > self.hold_bytes:
+                self._held.pop(0)
 
     def export(self, seq_id: int):
         """Return a sequence's KV as llama.cpp sequence state (None when it cannot)."""
@@ -234,13 +273,9 @@ class LlamaModel:
         return None
 
     def forget(self) -> None:
-        """Drop the held prompt (calibration times whole prefills)."""
+        """Drop the held prompts (calibration times whole prefills)."""
         with self._lock:
-            self._drop_held()
-
-    def _drop_held(self) -> None:
-        """Free the held prompt (lock held)."""
-        self._held, self._held_state = [], None
+            self._held = []
 
     def crop(self, seq_id: int, length: int) -> None:
         """Keep only a sequence's first ``length`` KV cells."""

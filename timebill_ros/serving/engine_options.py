@@ -53,7 +53,7 @@ def llama_engines(config, loaded, log: Log) -> dict:
             path = gguf_variant(embedded_gguf(), weight_format, cache_root())
             model = LlamaModel(path, config.llama_context, llama_sequences(config.max_batch),
                                config.llama_chunk, threads or _cores(),
-                               hold_prefix=config.prefix_cache_mb > 0)
+                               hold_mb=config.prefix_cache_mb)
             engines[option] = LlamaEngine(model, option, loaded.tokenizer, loaded.eos_ids,
                                           tokenizer_lock=loaded.tokenizer_lock)
             if config.warm_up:
