@@ -665,7 +665,7 @@ def with_job_notes(plan: Plan, job: Job, pipeline) -> Plan:
     if plan.precision in engines:
         held = job.engine_prefix.get(plan.precision, 0)
         return noted(plan, f'{held} of {len(job.prompt_ids)} prompt tokens held by '
-                           f'{plan.precision} from its last prompt') if held else plan
+                           f'{plan.precision} from an earlier prompt') if held else plan
     return noted(plan, prefix_note(job)) if job.prefix_tokens else plan
 
 
