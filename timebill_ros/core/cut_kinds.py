@@ -91,7 +91,7 @@ class Goal:
     predicted: int
     dist: object  # the predictor's calibrated length distribution, or None
     pessimistic: float
-    # Prompt tokens another engine holds from the prompts it holds (option -> tokens): free.
+    # Prompt tokens another engine holds from an earlier prompt (option -> tokens): free.
     engine_prefix: dict = field(default_factory=dict, hash=False, compare=False)
     # P(fit)'s weight on ``unpredicted`` (the lengths seen with no prediction), so a
     # confident prediction that is wrong for this goal does not make a slow option sure.
@@ -255,7 +255,7 @@ class OtherEngine(Cut):
     under the engine's name) is its effect. It offers no KV eviction, early exit or
     mid-answer switch: a cache does not move to the torch engine (between llama.cpp
     options it moves once, after the prefill: EngineHandOver). ``cached``
-    prompt tokens the engine holds from the prompts it holds need no prefill.
+    prompt tokens the engine holds from an earlier prompt need no prefill.
     """
 
     precision: str
@@ -526,7 +526,7 @@ def cut_of(plan, ctx: CutContext, held: int = 0) -> Cut:
     """Return the cut a plan runs under (a planned switch counts as its full-model start).
 
     ``plan`` is a core.planning.Plan; a mixed plan's units are its precision_mix. ``held``:
-    prompt tokens another engine the plan runs on holds from the prompts it holds.
+    prompt tokens another engine the plan runs on holds from an earlier prompt.
     """
     if plan.precision == MIXED:
         return MixedPrecision(Mix(tuple(plan.precision_mix), ctx.mix.table.units)

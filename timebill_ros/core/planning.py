@@ -125,14 +125,14 @@ class Planner(Protocol):
         replaces the planner's own full-precision ETE (a goal that will decode in a
         batch: ``BatchTimingModel.member``); ``spread``: the length distribution
         ``predicted`` was drawn from when no predictor ran (recent answers);
-        ``engine_prefix``: prompt tokens each other engine holds from the prompts it holds.
+        ``engine_prefix``: prompt tokens each other engine holds from an earlier prompt.
         """
 
     def estimate_s(self, plan: Plan, tokens: float, timing: TimingModel | None = None,
                    switched_to: str = '', switched_at: int = -1, held: int = 0) -> float:
         """Return the estimated seconds of ``plan`` producing ``tokens`` answer tokens.
 
-        ``held``: prompt tokens the plan's other engine holds from the prompts it holds.
+        ``held``: prompt tokens the plan's other engine holds from an earlier prompt.
         The one time estimate of a plan: the planner's WCET, admission's expected time
         of a queued goal and learning's ETE error all call it. ``timing`` replaces the
         full-precision ETE (a batch's steps); None uses the planner's own. A goal that
@@ -362,7 +362,7 @@ class TimeBillPlanner:
 
         ``switched_to``/``switched_at``: the goal moved to that precision from decode
         step ``switched_at`` on (a fallback switch that happened). ``held``: prompt
-        tokens the plan's other engine holds from the prompts it holds (not prefilled).
+        tokens the plan's other engine holds from an earlier prompt (not prefilled).
         """
         cut = cut_of(plan, self.context, held)
         if switched_to and switched_at >= 0:
@@ -608,7 +608,7 @@ class TimeBillPlanner:
         answer now, so only goals whose first token cannot make it are rejected.
         ``timing``: the full-precision ETE to plan with instead of the planner's own (the
         steps of the batch the goal will decode in; lowered precisions decode alone).
-        ``engine_prefix``: prompt tokens another engine holds from the prompts it holds
+        ``engine_prefix``: prompt tokens another engine holds from an earlier prompt
         (option -> tokens; its prefill skips them).
         """
         settings = self.settings

@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 
 from timebill_ros.core.config import LLAMA_FORMATS
 from timebill_ros.core.execution import GenerationStats
-from timebill_ros.core.timing import LLAMA_MIN_REUSE
+from timebill_ros.core.timing import held_prefix, LLAMA_MIN_REUSE
 from timebill_ros.runtime.batch import KeyedLane, LaneStep
 from timebill_ros.runtime.engine import StreamDecoder
 from timebill_ros.runtime.prefill import finish_prefill
@@ -175,10 +175,7 @@ class LlamaModel:
         ``limit`` tokens, and none below ``MIN_REUSE``.
         """
         with self._lock:
-            return self._shared_locked(ids, limit)
-
-    def _shared_locked(self, ids: Sequence[int], limit: int) -> int:
-        return self._best_locked(ids, limit)[0]
+            return self._best_locked(ids, limit)[0]
 
     def _best_locked(self, ids: Sequence[int], limit: int) -> tuple:
         """Return (tokens, _Held) of the held prompt sharing the most whole chunks."""
@@ -228,11 +225,12 @@ class LlamaModel:
     def hold(self, seq_id: int, ids: Sequence[int]) -> None:
         """Keep a just prefilled prompt's KV for the next ones (a copy, ~23 kB a token).
 
-        Only prompts longer than a chunk and ``MIN_REUSE``: shorter ones could not be
-        reused. A held prompt the new one starts with is replaced by it; the least
-        recently used go first while the held states pass ``hold_mb``.
+        Only prompts a repeat could take whole chunks from (core.timing.held_prefix, the
+        rule the evaluator times by). A held prompt the new one starts with is
+        replaced by it; the least recently used go first while the held states pass
+        ``hold_mb``.
         """
-        if not self.hold_bytes or len(ids) <= max(self.chunk, MIN_REUSE):
+        if not self.hold_bytes or not held_prefix(len(ids), self.chunk):
             return
         state = self.export(seq_id)
         if state is None or len(state) > self.hold_bytes:

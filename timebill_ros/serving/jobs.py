@@ -58,7 +58,7 @@ class Job:
     spread: object = None
     # Prompt tokens the torch engine's prefix cache held at admission (planned as free).
     prefix_tokens: int = 0
-    # Prompt tokens each other engine option held from the prompts it holds at admission.
+    # Prompt tokens each other engine option held from an earlier prompt at admission.
     engine_prefix: dict = field(default_factory=dict)
     # What admission did to the goal's context (context reduction): in every plan's note.
     context_note: str = ''

@@ -54,7 +54,7 @@ class ResidentEngines:
         return self.main.cached_prefix(prompt_ids)
 
     def cached_prefixes(self, prompt_ids: Sequence[int]) -> dict:
-        """Return {option: prompt tokens it holds from the prompts it holds} (none: left out)."""
+        """Return {option: prompt tokens it holds from an earlier prompt} (none: left out)."""
         held = {option: engine.cached_prefix(prompt_ids)
                 for option, engine in self.others.items() if hasattr(engine, 'cached_prefix')}
         return {option: tokens for option, tokens in held.items() if tokens}
