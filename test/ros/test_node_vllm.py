@@ -10,7 +10,6 @@ import os
 from pathlib import Path
 import socket
 import threading
-import time
 
 import pytest
 
@@ -208,10 +207,14 @@ def test_a_goal_the_replica_refuses_is_rejected_and_leaves_the_replica_serving(c
 def test_a_skip_next_goal_runs_late_and_the_next_goal_gives_its_turn_up(client):
     from timebill_ros.action import Instruct
     from timebill_ros.tools.client import make_goal
+    # The greedy essay runs past 700 tokens: 400 stream for seconds past a 3-s deadline on
+    # any replica speed (with 120 it ended between 3 and 4 s in CI, before a fixed 4-s wait).
+    past_deadline = threading.Event()
     late = client.send(make_goal('Write a detailed essay about the history of robotics.',
-                                 3.0, max_new_tokens=120,
-                                 policy=Instruct.Goal.SKIP_NEXT))
-    time.sleep(4.0)  # past its deadline, still answering
+                                 3.0, max_new_tokens=400,
+                                 policy=Instruct.Goal.SKIP_NEXT),
+                       on_feedback=lambda f: past_deadline.set() if f.remaining_s < 0 else None)
+    assert past_deadline.wait(60)  # past its deadline, still answering
     skipped = client.ask(make_goal('Say yes.', 20.0, max_new_tokens=4), 60)
     late = client.wait(late, 120)
     assert late.accepted, late.reject_reason

@@ -40,6 +40,7 @@ class GoalRun:
     result: Instruct.Result | None = None
     feedback: list = field(default_factory=list)
     sent_at: float = 0.0
+    answered_at: float = 0.0  # when the goal response (accepted or not) came back
     finished_at: float = 0.0
     _done: threading.Event = field(default_factory=threading.Event, repr=False)
 
@@ -138,6 +139,7 @@ class InstructClient:
 
     def _on_goal_response(self, run: GoalRun, future) -> None:
         handle = future.result()
+        run.answered_at = time.monotonic()
         run.accepted = bool(handle.accepted)
         if not run.accepted:
             run.finished_at = time.monotonic()
