@@ -178,6 +178,20 @@ def test_a_skipped_predictor_is_replayed_with_the_text_head_the_node_now_has():
     assert ev.evaluate(report(), {'text_head': False})['policy']['text_head'] is False
 
 
+def test_a_cell_is_reproduced_within_two_of_the_replays_standard_deviations():
+    unsure = ev._row([(0.5, 1.0)] * 8 + [(1.0, 1.0)] * 2)  # 6 expected, sd sqrt(2)
+    sure = ev._row([(0.0, 0.0)] * 20)  # 0 expected, no spread
+    assert unsure['met'] == pytest.approx(6.0) and unsure['sd'] == pytest.approx(2 ** 0.5)
+    predicted = {'0.3x': {'AUTO': unsure, 'float32': sure}}
+
+    def measured(auto, float32):
+        return {'table': {'0.3x': {'AUTO': {'met': auto, 'goals': 10},
+                                   'float32': {'met': float32, 'goals': 20}}}}
+    assert ev.within_spread(measured(4, 0), predicted) == (2, 2)  # 2 off < 2 x 1.41
+    assert ev.within_spread(measured(3, 0), predicted) == (1, 2)  # 3 off: outside
+    assert ev.within_spread(measured(6, 1), predicted) == (1, 2)  # sure, and one off
+
+
 def test_repeatability_is_the_spread_of_the_fixed_choices_between_runs_of_the_same_items():
     first, second = report(), report()
     assert ev.repeatability([first]) is None  # one run: nothing to compare

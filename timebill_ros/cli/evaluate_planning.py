@@ -27,6 +27,7 @@ import argparse
 import bisect
 from dataclasses import dataclass, replace
 import json
+import math
 from pathlib import Path
 import re
 import statistics
@@ -437,15 +438,22 @@ def evaluate(report: dict, policy: dict | None = None) -> dict:
                 rows[strategy] = _row(results)
             tiers[tier] = rows
         out[machine.name] = {'source': machine.source, 'tiers': tiers}
-    return {'machines': out, 'gap_points': _gap(report, out['amd-epyc-2c']['tiers']),
+    traced = out['amd-epyc-2c']['tiers']
+    return {'machines': out, 'gap_points': _gap(report, traced),
+            'within_2_sd': within_spread(report, traced),
             'policy': {**policy, 'predictor_share': share, 'idle_best_effort': best_effort,
                        'text_head': text_head}}
 
 
 def _row(results: list) -> dict:
-    """Return expected met count, goals and the met-weighted F1 of (share, F1, ...) results."""
+    """Return expected met count, goals and the met-weighted F1 of (share, F1, ...) results.
+
+    ``sd``: the met count's standard deviation over reruns, each goal met or not with its
+    share (independently): how far one run through the node may land from ``met``.
+    """
     met = sum(r[0] for r in results)
     row = {'met': met, 'goals': len(results),
+           'sd': math.sqrt(sum(r[0] * (1.0 - r[0]) for r in results)),
            'f1_met': sum(r[0] * r[1] for r in results) / met if met else 0.0}
     if len(results[0]) > 2:
         row['choices'] = _count(r[2] for r in results)
@@ -466,6 +474,22 @@ def _gap(report: dict, predicted: dict) -> dict:
         gaps[tier] = {s: 100.0 * (predicted[tier][s]['met'] - row['met']) / row['goals']
                       for s, row in rows.items()}
     return gaps
+
+
+def within_spread(report: dict, predicted: dict, sds: float = 2.0) -> tuple:
+    """Return (cells whose measured count lies within ``sds`` of the replay's sd, cells).
+
+    A cell replayed with no spread (every goal surely met or surely missed) counts only
+    when its expected count rounds to the measured one.
+    """
+    inside = cells = 0
+    for tier, rows in report['table'].items():
+        for strategy, row in rows.items():
+            expected = predicted[tier][strategy]
+            off = abs(expected['met'] - row['met'])
+            cells += 1
+            inside += off <= sds * expected['sd'] or off < 0.5
+    return inside, cells
 
 
 def repeatability(reports: list) -> dict | None:
@@ -506,9 +530,13 @@ def markdown(report: dict, evaluation: dict) -> str:
              f"{report['items']} held-out items). Cells: met/goals (token-F1 of met answers "
              'to float32\'s).', '']
     gaps = [abs(g) for rows in evaluation['gap_points'].values() for g in rows.values()]
+    inside, cells = evaluation['within_2_sd']
     lines += [f"Evaluator vs the node on the traced machine: largest gap "
               f"{max(gaps):.1f} points of met rate over {len(gaps)} tier x strategy cells "
-              f"(mean {statistics.fmean(gaps):.1f}).", '']
+              f"(mean {statistics.fmean(gaps):.1f}). The node's count lies within two "
+              f"standard deviations of the replay's own spread (each goal met with its "
+              f"share of reruns; no spread: the expected count rounds to it) in {inside} "
+              f"of {cells} cells.", '']
     for name, result in evaluation['machines'].items():
         lines += [f'## {name}', '', f"Figures: {result['source']}.", '',
                   '| tier | ' + ' | '.join(strategies) + ' | AUTO >= every fixed? |',
