@@ -6,13 +6,13 @@ interfaces as the plain node (ros/node.py).
 
 from __future__ import annotations
 
-import gc
 import time
 from typing import Callable
 
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 
 from timebill_ros.ros import parameters
+from timebill_ros.ros.heap import release_heap
 from timebill_ros.ros.node import build, Interfaces, read_parameters, RELEASE_WAIT_S
 from timebill_ros.runtime.model import load_model, ModelLoadError
 from timebill_ros.serving.server import Server
@@ -90,7 +90,7 @@ class TimebillLifecycleNode(LifecycleNode):
         self.server.stop()
         self.interfaces.destroy()
         self.interfaces = None  # the model, its copies and the caches go with it
-        gc.collect()
+        release_heap()  # they were frozen out of collection at start (ros.heap)
 
     def on_cleanup(self, state) -> TransitionCallbackReturn:
         """End accepted goals with a reason and free the model."""

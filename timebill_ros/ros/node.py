@@ -30,6 +30,7 @@ from timebill_ros.core.request import Outcome, Rejection
 from timebill_ros.msg import DeadlineTelemetry, Instruction, Response
 from timebill_ros.ros import convert, parameters
 from timebill_ros.ros.diagnostics import build_array, build_status
+from timebill_ros.ros.heap import freeze_startup_heap
 from timebill_ros.ros.qos import action_server_qos, reliable
 from timebill_ros.runtime.model import load_model, ModelLoadError, on_own_thread
 from timebill_ros.serving.assembly import Assembly
@@ -341,7 +342,8 @@ def build(node, config: NodeConfig, loader: Callable, gate=lambda: '') -> Interf
     loaded, server = on_own_thread(setup)
     interfaces = Interfaces(node, config, loaded, server, gate)
     log.info(f'ready: model {loaded.name}, context {loaded.context_window} tokens, '
-             f'scheduler {server.scheduler}, action {interfaces.action_name()}')
+             f'scheduler {server.scheduler}, action {interfaces.action_name()}; '
+             f'{freeze_startup_heap()} start-up objects out of garbage collection')
     return interfaces
 
 
@@ -360,7 +362,8 @@ def build_remote(node, config: NodeConfig, gate=lambda: '') -> Interfaces:
     loaded = RemoteModel(name=f'{name} on {config.vllm_endpoints}')
     interfaces = Interfaces(node, config, loaded, server, gate)
     log.info(f'ready: vLLM replicas {config.vllm_endpoints} (model {config.vllm_model}), '
-             f'action {interfaces.action_name()}')
+             f'action {interfaces.action_name()}; {freeze_startup_heap()} start-up objects '
+             'out of garbage collection')
     return interfaces
 
 
