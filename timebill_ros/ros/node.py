@@ -30,7 +30,7 @@ from timebill_ros.core.request import Outcome, Rejection
 from timebill_ros.msg import DeadlineTelemetry, Instruction, Response
 from timebill_ros.ros import convert, parameters
 from timebill_ros.ros.diagnostics import build_array, build_status
-from timebill_ros.ros.heap import freeze_startup_heap
+from timebill_ros.ros.heap import freeze_startup_heap, release_heap
 from timebill_ros.ros.qos import action_server_qos, reliable
 from timebill_ros.runtime.model import load_model, ModelLoadError, on_own_thread
 from timebill_ros.serving.assembly import Assembly
@@ -456,6 +456,9 @@ def main(args=None) -> int:
     except ExternalShutdownException:
         pass
     finally:
+        # Frozen objects are never finalised at exit: unfrozen, the DDS participant is
+        # deleted and says so (frozen, its action lingered in other nodes' graphs).
+        release_heap()
         node.stop()
         executor.shutdown(timeout_sec=2.0)
         node.destroy_node()
