@@ -4,8 +4,9 @@ A full garbage collection scans every tracked object with the GIL held, so every
 of the node (the decode loop, the executor that answers goals) waits for it. After
 start the heap holds ~400,000-500,000 tracked objects from torch, transformers and the
 model (494,631 in `make demo`'s node): a full pass over 400,000 took 0.19 s on the 2-core
-AMD EPYC VM (2026-12-05), longer than the 150-ms bound on a Kill's lateness. ``gc.freeze`` moves them to a generation the
-collector never scans; objects that goals create are collected as before. Frozen
+AMD EPYC VM (2026-12-05), longer than the 150-ms bound on a Kill's lateness.
+``gc.freeze`` moves them to a generation the collector never scans; objects that goals
+create are collected as before. Frozen
 objects are not finalised at exit either, so the node unfreezes them before it stops
 (without that its DDS participant was not deleted, and its action lingered in the
 graph other nodes see).
