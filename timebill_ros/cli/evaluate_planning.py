@@ -479,8 +479,9 @@ def _gap(report: dict, predicted: dict) -> dict:
 def within_spread(report: dict, predicted: dict, sds: float = 2.0) -> tuple:
     """Return (cells whose measured count lies within ``sds`` of the replay's sd, cells).
 
-    A cell replayed with no spread (every goal surely met or surely missed) counts only
-    when its expected count rounds to the measured one.
+    A cell also counts when its expected count is within half a goal of the measured
+    one, so a cell replayed with no spread (every goal surely met or surely missed)
+    counts only then.
     """
     inside = cells = 0
     for tier, rows in report['table'].items():
@@ -535,7 +536,7 @@ def markdown(report: dict, evaluation: dict) -> str:
               f"{max(gaps):.1f} points of met rate over {len(gaps)} tier x strategy cells "
               f"(mean {statistics.fmean(gaps):.1f}). The node's count lies within two "
               f"standard deviations of the replay's own spread (each goal met with its "
-              f"share of reruns; no spread: the expected count rounds to it) in {inside} "
+              f"share of reruns; or within half a goal of it) in {inside} "
               f"of {cells} cells.", '']
     for name, result in evaluation['machines'].items():
         lines += [f'## {name}', '', f"Figures: {result['source']}.", '',

@@ -6,10 +6,9 @@ start the heap holds ~400,000-500,000 tracked objects from torch, transformers a
 model (494,631 in `make demo`'s node): a full pass over 400,000 took 0.19 s on the 2-core
 AMD EPYC VM (2026-12-05), longer than the 150-ms bound on a Kill's lateness.
 ``gc.freeze`` moves them to a generation the collector never scans; objects that goals
-create are collected as before. Frozen
-objects are not finalised at exit either, so the node unfreezes them before it stops
-(without that its DDS participant was not deleted, and its action lingered in the
-graph other nodes see).
+create are collected as before. Frozen objects are not finalised at exit either, so the
+node unfreezes them before it stops (without that its DDS participant was not deleted,
+and its action lingered in the graph other nodes see).
 """
 
 import gc

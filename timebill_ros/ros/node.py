@@ -329,10 +329,17 @@ def status_name(node) -> str:
 
 
 def build(node, config: NodeConfig, loader: Callable, gate=lambda: '') -> Interfaces:
+    """Create the node's interfaces over its backend, then freeze what start-up left."""
+    interfaces = build_remote(node, config, gate) if config.backend == 'vllm' \
+        else build_local(node, config, loader, gate)
+    node.get_logger().info(f'{freeze_startup_heap()} start-up objects out of garbage '
+                           'collection (ros/heap.py)')
+    return interfaces
+
+
+def build_local(node, config: NodeConfig, loader: Callable, gate=lambda: '') -> Interfaces:
     """Load the model, assemble the server and create the node's interfaces."""
     log = node.get_logger()
-    if config.backend == 'vllm':
-        return build_remote(node, config, gate)
     log.info(f'loading model {config.model!r} on {config.device} ({config.dtype})')
 
     def setup():
@@ -342,8 +349,7 @@ def build(node, config: NodeConfig, loader: Callable, gate=lambda: '') -> Interf
     loaded, server = on_own_thread(setup)
     interfaces = Interfaces(node, config, loaded, server, gate)
     log.info(f'ready: model {loaded.name}, context {loaded.context_window} tokens, '
-             f'scheduler {server.scheduler}, action {interfaces.action_name()}; '
-             f'{freeze_startup_heap()} start-up objects out of garbage collection')
+             f'scheduler {server.scheduler}, action {interfaces.action_name()}')
     return interfaces
 
 
@@ -362,8 +368,7 @@ def build_remote(node, config: NodeConfig, gate=lambda: '') -> Interfaces:
     loaded = RemoteModel(name=f'{name} on {config.vllm_endpoints}')
     interfaces = Interfaces(node, config, loaded, server, gate)
     log.info(f'ready: vLLM replicas {config.vllm_endpoints} (model {config.vllm_model}), '
-             f'action {interfaces.action_name()}; {freeze_startup_heap()} start-up objects '
-             'out of garbage collection')
+             f'action {interfaces.action_name()}')
     return interfaces
 
 
