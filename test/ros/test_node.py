@@ -25,7 +25,10 @@ def node(rclpy_context):
                         'diagnostics_period_s': 0.2, 'max_budget_s': 120.0,
                         'max_new_tokens_limit': 8000, 'calibrate_on_start': False,
                         'length_predictor': 'max-new-tokens',
-                        'miss_rate_warn': 0.05, 'miss_rate_error': 0.9})
+                        'miss_rate_warn': 0.05, 'miss_rate_error': 0.9,
+                        # A message per token: these tests count tokens by their feedback
+                        # (pacing: test_node_parameters.py).
+                        'feedback_period_s': 0.0})
     yield proc
     proc.stop()
 

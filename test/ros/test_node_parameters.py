@@ -110,6 +110,26 @@ def test_a_live_change_applies_to_the_next_goal(graph, client, node, wait_until)
     assert client.ask(goal, 60).result.outcome == Outcome.COMPLETED
 
 
+def test_feedback_pacing_is_live_and_the_text_still_reassembles(graph, client):
+    helper, _ = graph
+    goal = make_goal('Write a long story about a robot.', budget_s=30.0, max_new_tokens=40)
+    try:
+        assert set_parameter(helper, 'feedback_period_s', 0.0).successful
+        every = client.ask(goal, 60)
+        assert [f.token_index for f in every.feedback] == list(range(every.result.tokens))
+        # A period near the answer's length: its first token, then the rest in few messages.
+        assert set_parameter(helper, 'feedback_period_s', 1.0).successful
+        paced = client.ask(goal, 60)
+        assert paced.result.tokens == 40, paced.result.reason
+        indices = [f.token_index for f in paced.feedback]
+        assert indices[0] == 0 and indices[-1] == 39 and indices == sorted(set(indices))
+        assert len(indices) < 40
+        assert paced.streamed_text == paced.result.text and paced.result.text
+        assert paced.feedback[-1].elapsed_s > paced.feedback[0].elapsed_s
+    finally:
+        assert set_parameter(helper, 'feedback_period_s', 0.02).successful
+
+
 def test_a_change_that_cannot_apply_is_refused_with_the_reason(graph, client):
     helper, _ = graph
     read_only = set_parameter(helper, 'model', 'embedded')

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -116,6 +115,9 @@ def main(argv=None) -> int:
     parser.add_argument('--engine', default='', help='a llama.cpp GGUF format (e.g. q4_1): '
                         "compare the node's goals pinned to that option with llama-cpp-python's "
                         'own generation loop on the same GGUF')
+    parser.add_argument('--feedback-period-s', type=float, default=None,
+                        help="the node's feedback_period_s (default: config/timebill.yaml's); "
+                        '0: a feedback message per token')
     parser.add_argument('--out', default=None,
                         help='JSON file (default: results/overhead-<UTC time>/...)')
     args = parser.parse_args(argv)
@@ -134,7 +136,9 @@ def main(argv=None) -> int:
     from timebill_ros.tools.client import InstructClient, make_goal
     node = start_node(os.path.join(ROOT, 'config', 'timebill.yaml'),
                       ['-p', f'max_new_tokens_limit:={max(1024, args.max_new_tokens)}',
-                       '-p', f'device:={args.device}'])
+                       '-p', f'device:={args.device}'] + (
+                          ['-p', f'feedback_period_s:={args.feedback_period_s}']
+                          if args.feedback_period_s is not None else []))
     rclpy.init()
     client = InstructClient(node_name='timebill_bench')
     via = {'tokens': 0, 'decode_s': 0.0, 'steps': 0, 'client_s': 0.0, 'client_steps': 0}
@@ -154,13 +158,15 @@ def main(argv=None) -> int:
                 goal = make_goal(text, 300.0, max_new_tokens=args.max_new_tokens,
                                  precision=option,
                                  expected_tokens=args.max_new_tokens if option else 0)
-                run = client.ask(goal, 600, lambda f: arrivals.append(time.monotonic()))
+                run = client.ask(goal, 600, lambda f: arrivals.append(
+                    (time.monotonic(), f.token_index)))
                 res = run.result
                 via['tokens'] += res.tokens
                 via['steps'] += res.tokens - 1
                 via['decode_s'] += res.e2e_s - res.queue_s - res.prefill_s
-                via['client_s'] += arrivals[-1] - arrivals[0]
-                via['client_steps'] += len(arrivals) - 1
+                # Paced feedback carries several tokens a message: count the tokens.
+                via['client_s'] += arrivals[-1][0] - arrivals[0][0]
+                via['client_steps'] += arrivals[-1][1] - arrivals[0][1]
     finally:
         client.close()
         rclpy.try_shutdown()
@@ -178,7 +184,7 @@ def main(argv=None) -> int:
     node_tpot = via['decode_s'] / via['steps']
     client_tpot = via['client_s'] / via['client_steps']
     report = {
-        'machine': f'{platform.node()} {platform.machine()} {os.cpu_count()} cpus',
+        'machine': common.machine(),
         'date': time.strftime('%Y-%m-%d'),
         'model': f'SmolLM2-135M-Instruct (embedded, {option or "float32"}, {device})',
         'bare_loop': "llama-cpp-python's Llama.generate" if option else 'transformers',
@@ -190,6 +196,7 @@ def main(argv=None) -> int:
         'overhead_ratio': node_tpot / bare_tpot,
         'client_overhead_ratio': client_tpot / bare_tpot,
         'cold_start_s': cold, 'warm_start_s': warm,
+        'feedback_period_s': args.feedback_period_s, 'commit': common.commit(),
     }
     out = common.claim_file(args.out or str(common.run_dir('overhead') / 'bench_overhead.json'),
                             'bench_overhead.json')

@@ -26,6 +26,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 from timebill_ros.action import Instruct
 from timebill_ros.core.config import NodeConfig
 from timebill_ros.core.execution import JobResult
+from timebill_ros.core.feedback import FeedbackPacer
 from timebill_ros.core.request import Outcome, Rejection
 from timebill_ros.msg import DeadlineTelemetry, Instruction, Response
 from timebill_ros.ros import convert, parameters
@@ -102,6 +103,7 @@ class Interfaces:
             node, config, loaded, server, gate
         self.hardware_id = config.hardware_id or f'{socket.gethostname()}/{loaded.device}'
         self._last_utilisation = float('nan')
+        self._pacers = {}  # goal key -> its FeedbackPacer, until its result
         group = ReentrantCallbackGroup()
         self._action = UuidActionServer(
             node, Instruct, '~/instruct', execute_callback=self._execute,
@@ -187,12 +189,13 @@ class Interfaces:
     def _on_accepted(self, goal_handle) -> None:
         key = bytes(goal_handle.goal_id.uuid).hex()
 
-        def feedback(event, elapsed, remaining, plan):
+        def publish(event, elapsed, remaining, plan):
             goal_handle.publish_feedback(convert.feedback_msg(event, elapsed, remaining, plan))
+        pacer = self._pacers[key] = FeedbackPacer(self.config.feedback_period_s, publish)
         # The action's execute callback starts only when the goal leaves the queue, so
         # waiting goals hold no executor thread.
         self.server.start(key, JobHooks(cancel_requested=lambda: goal_handle.is_cancel_requested,
-                                        on_start=goal_handle.execute, on_feedback=feedback))
+                                        on_start=goal_handle.execute, on_feedback=pacer))
 
     def _on_instruction(self, msg: Instruction) -> None:
         key = msg.id or f'instruction-{msg.header.stamp.sec}.{msg.header.stamp.nanosec:09d}'
@@ -248,6 +251,9 @@ class Interfaces:
     def _publish_result(self, job: Job, result: JobResult, estimate: float,
                         error: float) -> None:
         """Publish a finished job's telemetry and response (the server's on_finished)."""
+        pacer = self._pacers.pop(job.key, None)
+        if pacer is not None:  # the feedback held back goes out before the result
+            pacer.flush()
         stamp = self.stamp()
         telemetry = convert.telemetry_msg(job.key, job.request.request_id or job.key,
                                           job.request.policy, job.request.budget_s, result,
