@@ -187,6 +187,10 @@ def main(argv=None) -> int:
     parser.add_argument('--offset', type=int, default=0,
                         help='first item of the stride: 1 or 2 picks items no earlier run '
                              '(offset 0) used')
+    parser.add_argument('--stride', type=int, default=0,
+                        help='items between two picked ones (0: the split size over --items, '
+                             'spread over kinds); --offset 60 --stride 1 --items 16 picks '
+                             'the 16 test items no strided run reaches (route, ifbench)')
     parser.add_argument('--loose', type=float, default=120.0)
     parser.add_argument('--max-new-tokens', type=int, default=128)
     parser.add_argument('--order', choices=('tier', 'item'), default='tier',
@@ -201,7 +205,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     started, log = time.monotonic(), stamped_log()
     items = robot_workload.load(args.split)
-    items = items[args.offset::max(1, len(items) // args.items)][:args.items]
+    items = items[args.offset::args.stride or max(1, len(items) // args.items)][:args.items]
     import rclpy
     rclpy.init()
     records, traces, nodes = [], [], None
