@@ -33,8 +33,9 @@ def test_the_best_sentence_is_kept_even_over_the_share_and_all_of_it_at_one():
 
 
 def test_the_fidelity_table_round_trips_and_a_missing_one_is_empty(tmp_path):
-    table = ContextCutTable({0.5: 0.9, 0.25: 0.7}, 'measured')
+    table = ContextCutTable({0.5: 0.9, 0.25: 0.7}, 'measured', {0.5: 0.72})
     table.save(tmp_path / 't.json')
     again = ContextCutTable.load(tmp_path / 't.json')
     assert again.of(0.5) == 0.9 and again.of(0.125) is None and again.source == 'measured'
+    assert again.likeness_of(0.5) == 0.72 and again.likeness_of(0.25) is None
     assert ContextCutTable.load(tmp_path / 'none.json').quality == {}

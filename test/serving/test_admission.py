@@ -114,5 +114,15 @@ def test_an_admitted_goal_on_an_unsure_plan_takes_a_reduced_context_worth_more(
         assert len(unsure.request.context) < len(CONTEXT) and unsure.plan.fit_probability == 1
         assert "against the whole context's 0.30" in unsure.context_note
         assert unsure.plan.prompt_tokens == len(unsure.prompt_ids) < len(sure.prompt_ids)
+        assert 'alike (ROUGE-L)' in unsure.context_note
+        # At P(fit) 0.9 no share is worth more: a reduced context's answers were under
+        # 0.9 alike to the whole context's in measurement (the shipped likeness).
+        likely = node.dry_run(spec(600.0))
+        likely.plan = replace(likely.plan, fit_probability=0.9)
+        assert max(admission.context_cut.likeness.values()) < 0.9
+        with node.dispatch.lock:
+            admission._reduce_if_worth_more(likely, pipeline, 5, False)
+        assert likely.request.context == CONTEXT and not likely.context_note
+        assert likely.plan.fit_probability == 0.9
     finally:
         node.stop(timeout_s=30.0)

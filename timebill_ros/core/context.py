@@ -7,12 +7,13 @@ Each sentence (or line of a log) is scored against the instruction with BM25 (th
 context's characters, and they stay in their original order. The score costs well
 under a millisecond per hundred sentences: no model runs. How much of the answers'
 correctness survives each share is measured on held-out long-context items
-(``timebill_measure_context_cut``) and shipped as a table the node reports with the plan.
+(``timebill_measure_context_cut``) and shipped as a table: how alike the answers stay
+(what the planner weighs) and how many right answers survive (said in the plan).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 import json
 from pathlib import Path
 import re
@@ -73,27 +74,43 @@ def reduce_context(context: str, question: str, keep: float) -> ReducedContext:
 
 @dataclass(frozen=True)
 class ContextCutTable:
-    """Measured share of right answers kept at each context share (1.0: the full context)."""
+    """What each context share kept in measurement (1.0: the full context).
+
+    ``quality``: right answers with the share over right answers with all of it (a task
+    score). ``likeness``: mean ROUGE-L of the share's answer to the whole context's
+    answer, the measure every other cut's fidelity uses (cli.measure_cuts), so the planner
+    multiplies like with like.
+    """
 
     quality: dict  # keep share -> right answers with it / right answers with all of it
     source: str = ''
+    likeness: dict = field(default_factory=dict)  # keep share -> ROUGE-L to the whole's
 
     def of(self, keep: float) -> float | None:
         """Return the measured quality of ``keep`` (None: not measured)."""
         return self.quality.get(round(keep, 4))
+
+    def likeness_of(self, keep: float) -> float | None:
+        """Return how alike ``keep``'s answers were to the whole context's (None: unknown)."""
+        return self.likeness.get(round(keep, 4))
 
     @classmethod
     def load(cls, path: Path = SHIPPED) -> 'ContextCutTable':
         """Read the table (an empty one when there is none or it is unreadable)."""
         try:
             data = json.loads(Path(path).read_text(encoding='utf-8'))
-            return cls({round(float(k), 4): float(v) for k, v in data['quality'].items()},
-                       str(data.get('source', '')))
+            return cls(_shares(data['quality']), str(data.get('source', '')),
+                       _shares(data.get('likeness', {})))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return cls({})
 
     def save(self, path: Path) -> None:
         """Write the table as JSON."""
         data = {'quality': {str(k): v for k, v in sorted(self.quality.items())},
+                'likeness': {str(k): v for k, v in sorted(self.likeness.items())},
                 'source': self.source}
         Path(path).write_text(json.dumps(data, indent=1) + '\n', encoding='utf-8')
+
+
+def _shares(values: dict) -> dict:
+    return {round(float(k), 4): float(v) for k, v in values.items()}

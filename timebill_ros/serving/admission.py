@@ -511,9 +511,8 @@ class Admission:
             reduced = self._plan_on_share(job, pipeline, known, pending, before[0], keep)
             if reduced is None:
                 continue
-            quality = self.context_cut.of(keep)
             reduced_worth = job.plan.fit_probability * self._fidelity(job.plan, pipeline) \
-                * (quality if quality is not None else 0.5)
+                * self._likeness(keep)
             if reduced_worth > worth:
                 job.context_note = self._reduced_words(job, reduced, keep, len(before[1])) + (
                     f': worth {reduced_worth:.2f} against the whole context\'s {worth:.2f} '
@@ -522,6 +521,17 @@ class Admission:
                 return
         job.request, job.prompt_ids, job.prefix_tokens, job.engine_prefix = before
         job.plan = whole
+
+    def _likeness(self, keep: float) -> float:
+        """Return how alike a ``keep`` share's answers are to the whole context's.
+
+        As measured (ROUGE-L, like every cut's fidelity); a table of right answers only
+        stands in, and with no table a reduced context counts half.
+        """
+        for measured in (self.context_cut.likeness_of(keep), self.context_cut.of(keep)):
+            if measured is not None:
+                return measured
+        return 0.5
 
     @staticmethod
     def _fidelity(plan: Plan, pipeline) -> float:
@@ -558,10 +568,12 @@ class Admission:
 
     def _reduced_words(self, job: Job, reduced, keep: float, whole_tokens: int) -> str:
         """Return the note's account of a reduced context (the caller adds why)."""
-        quality = self.context_cut.of(keep)
+        quality, likeness = self.context_cut.of(keep), self.context_cut.likeness_of(keep)
         return (f'context reduced to the {reduced.kept} of {reduced.total} sentences BM25 '
                 f'ranks closest to the instruction ({keep:g} of its characters, '
                 f'{len(job.prompt_ids)} of {whole_tokens} prompt tokens'
+                + (f'; in measurement answers {likeness:.2f} alike (ROUGE-L) to the whole '
+                   "context's" if likeness is not None else '')
                 + (f'; {quality:.0%} of right answers kept in measurement' if quality
                    is not None else '') + ')')
 
