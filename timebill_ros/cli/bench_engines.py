@@ -184,6 +184,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--items', type=int, default=20, help='held-out items, spread over kinds')
     parser.add_argument('--split', default='test')
+    parser.add_argument('--workload-seed', type=int, default=0,
+                        help='0: the committed workload; another seed: items that generator '
+                             'seed makes and the committed file lacks (seen by no run or '
+                             'training)')
     parser.add_argument('--offset', type=int, default=0,
                         help='first item of the stride: 1 or 2 picks items no earlier run '
                              '(offset 0) used')
@@ -204,7 +208,8 @@ def main(argv=None) -> int:
         raise SystemExit(f'{out} exists: benchmarks write to a new folder')
     out.mkdir(parents=True, exist_ok=True)
     started, log = time.monotonic(), stamped_log()
-    items = robot_workload.load(args.split)
+    items = robot_workload.fresh(args.workload_seed, args.split) if args.workload_seed \
+        else robot_workload.load(args.split)
     items = items[args.offset::args.stride or max(1, len(items) // args.items)][:args.items]
     import rclpy
     rclpy.init()

@@ -82,6 +82,20 @@ def load(split: str | None = None, path: Path | str | None = None) -> list[Workl
     return [item for item in items if split is None or item.split == split]
 
 
+def fresh(seed: int, split: str = 'test') -> list[WorkloadItem]:
+    """Return the ``split`` items that generator ``seed`` makes and the committed file lacks.
+
+    Items no run, training or tuning has seen: the templates drawn again with another
+    seed, less every prompt (instruction and context) the committed workload already has
+    (IFBench prompts are fixed, and a few templates have few variants).
+    """
+    if split not in SPLITS:
+        raise ValueError(f'unknown split {split!r}; expected one of {SPLITS}')
+    known = {(item.instruction, item.context) for item in load()}
+    return [item for item in build(seed)
+            if item.split == split and (item.instruction, item.context) not in known]
+
+
 def score(item: WorkloadItem, answer: str) -> float | None:
     """Return 1.0 or 0.0 for an answer to an item with a reference, None for free text."""
     if not item.reference:
