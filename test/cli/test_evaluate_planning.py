@@ -221,3 +221,33 @@ def test_a_planner_parameter_is_replayed_as_set_and_checked_like_the_nodes(tmp_p
     assert ev.main([str(run), '--out', str(tmp_path / 'out'), '--set', 'fit_tolerance=0']) == 0
     written = json.loads((tmp_path / 'out' / 'robot_2' / 'evaluation.json').read_text())
     assert written['policy']['fit_tolerance'] == 0.0
+
+
+def test_runs_pooled_add_their_goals_and_compare_the_rates():
+    def run(auto_met, expected, sd):
+        measured = {'table': {'1x': {'AUTO': {'met': auto_met, 'goals': 20}}}}
+        replayed = {'machines': {'amd-epyc-2c': {'tiers': {'1x': {'AUTO': {
+            'met': expected, 'sd': sd}}}}}}
+        return measured, replayed
+    # One run 3 goals under the replay (15 points), the other 2 over: pooled 2.5 points.
+    cells = ev.pooled([run(12, 15.0, 1.5), run(17, 15.0, 2.0)])
+    cell = cells['1x']['AUTO']
+    assert (cell['met'], cell['goals'], cell['expected']) == (29, 40, 30.0)
+    assert cell['gap_points'] == pytest.approx(2.5)
+    assert cell['sd'] == pytest.approx(2.5)  # sqrt(1.5^2 + 2^2)
+
+
+def test_main_pools_two_runs_into_one_table(tmp_path):
+    import json
+    folders = []
+    for name in ('robot_a', 'robot_b'):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / 'bench.json').write_text(json.dumps(report()))
+        folders.append(str(folder))
+    assert ev.main(folders + ['--out', str(tmp_path / 'out')]) == 0
+    cells = json.loads((tmp_path / 'out' / 'pooled.json').read_text())
+    assert cells['20s']['AUTO']['goals'] == 4  # two items in each run
+    assert cells['20s']['float32']['expected'] == pytest.approx(4.0)  # every trace fits 20 s
+    assert cells['20s']['float32']['gap_points'] == pytest.approx(100.0)  # the node: 0 met
+    assert '| 20s | 4 |' in (tmp_path / 'out' / 'POOLED.md').read_text()

@@ -632,3 +632,18 @@ def test_only_a_pair_faster_in_both_phases_is_offered():
     slower = replace(context, engines={'llama.cpp-f16': lambda: F16,
                                        'llama.cpp-q4_1': lambda: F16})
     assert EngineHandOver.pairs(slower, 200) == []
+
+
+def test_by_default_a_surer_option_beats_a_more_faithful_one_met_first():
+    """Met first: 0.83 against 0.85 is not bought by fidelity unless fit_tolerance says so."""
+    from timebill_ros.core.cut_kinds import OtherEngine
+    from timebill_ros.core.planning import choose, Option
+    settings = PlannerSettings.from_config(NodeConfig())
+    assert settings.fit_tolerance == 0.0
+    faithful = Option(OtherEngine('llama.cpp-f16'), 32, 115, 0.83, 0.98, 0.5)
+    surer = Option(OtherEngine('llama.cpp-q4_1'), 32, 150, 0.85, 0.68, 0.4)
+    assert choose([faithful, surer], settings) is surer
+    assert choose([faithful, surer], replace(settings, fit_tolerance=0.02)) is faithful
+    # Equally sure (both fit at plan_quantile 0.9 or more): the most faithful runs.
+    both = [replace(faithful, probability=0.93), replace(surer, probability=0.95)]
+    assert choose(both, settings).quality == 0.98

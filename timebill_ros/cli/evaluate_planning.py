@@ -493,6 +493,55 @@ def within_spread(report: dict, predicted: dict, sds: float = 2.0) -> tuple:
     return inside, cells
 
 
+def pooled(runs: list) -> dict:
+    """Return the evaluator against the node with the runs' goals pooled, per tier and strategy.
+
+    ``runs``: (bench report, its evaluation) pairs. At 16-20 goals a cell's count moves by
+    a goal or two between reruns of one command, more than 5 points; pooled over runs, a
+    cell's spread shrinks with the square root of its goals. Per cell: the replay's
+    expected met and its sd, the node's met, the goals and the gap in points.
+    """
+    cells: dict = {}
+    for report, evaluation in runs:
+        traced = evaluation['machines']['amd-epyc-2c']['tiers']
+        for tier, rows in report['table'].items():
+            for strategy, row in rows.items():
+                cell = cells.setdefault(tier, {}).setdefault(
+                    strategy, {'expected': 0.0, 'var': 0.0, 'met': 0, 'goals': 0})
+                cell['expected'] += traced[tier][strategy]['met']
+                cell['var'] += traced[tier][strategy]['sd'] ** 2
+                cell['met'] += row['met']
+                cell['goals'] += row['goals']
+    for rows in cells.values():
+        for cell in rows.values():
+            cell['sd'] = math.sqrt(cell.pop('var'))
+            cell['gap_points'] = 100.0 * (cell['expected'] - cell['met']) / cell['goals']
+    return cells
+
+
+def pooled_markdown(reports: list, cells: dict, command: str) -> str:
+    """Return the pooled comparison as a table, with the runs it pools."""
+    gaps = [abs(c['gap_points']) for rows in cells.values() for c in rows.values()]
+    inside = sum(g <= 5.0 for g in gaps)
+    strategies = reports[0]['strategies']
+    lines = [f'# The evaluator against the node, {len(reports)} runs pooled', '',
+             f"Command: `{command}` ({common.machine()}, {time.strftime('%Y-%m-%d')}). "
+             'Runs (commit, items): ' + ', '.join(
+                 f"{r['commit']} ({r['items']})" for r in reports) + '. AUTO in each run is '
+             "the planner of that run's commit; the replay is today's.", '',
+             f'Gap of the replay to the node over {len(gaps)} tier x strategy cells: '
+             f'{max(gaps):.1f} points at worst, {statistics.fmean(gaps):.1f} mean; within 5 '
+             f'points in {inside} of {len(gaps)}.', '',
+             'Cells: node met / replay expected (gap in points, replay sd in goals).', '',
+             '| tier | goals | ' + ' | '.join(strategies) + ' |',
+             '|---' * (len(strategies) + 2) + '|']
+    for tier, rows in cells.items():
+        lines.append(f"| {tier} | {rows[strategies[0]]['goals']} | " + ' | '.join(
+            f"{rows[s]['met']} / {rows[s]['expected']:.1f} ({rows[s]['gap_points']:+.1f}, "
+            f"{rows[s]['sd']:.1f})" for s in strategies) + ' |')
+    return '\n'.join(lines)
+
+
 def repeatability(reports: list) -> dict | None:
     """Return how far the node's own runs of the same items disagree (None: no two such).
 
@@ -600,9 +649,11 @@ def main(argv=None) -> int:
         (out / 'REPEATABILITY.md').write_text(text + '\n', encoding='utf-8')
         (out / 'repeatability.json').write_text(json.dumps(spread, indent=1) + '\n')
         print(text)
+    evaluations = []
     for run, report in zip(args.runs, reports):
         folder = Path(run)
         evaluation = evaluate(report, dict(policy))
+        evaluations.append(evaluation)
         target = out / folder.name
         target.mkdir(parents=True, exist_ok=True)
         (target / 'evaluation.json').write_text(json.dumps(evaluation, indent=1) + '\n')
@@ -611,6 +662,12 @@ def main(argv=None) -> int:
                 f'policy: {evaluation["policy"]}.\n\n'
                 + markdown(report, evaluation))
         (target / 'EVALUATION.md').write_text(text + '\n', encoding='utf-8')
+        print(text)
+    if len(reports) > 1:
+        cells = pooled(list(zip(reports, evaluations)))
+        (out / 'pooled.json').write_text(json.dumps(cells, indent=1) + '\n')
+        text = pooled_markdown(reports, cells, command)
+        (out / 'POOLED.md').write_text(text + '\n', encoding='utf-8')
         print(text)
     return 0
 

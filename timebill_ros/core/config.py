@@ -135,10 +135,12 @@ _TABLE = (
           'killed: under overload the model goes to goals that can still make theirs. '
           'Alone, a goal always runs. Schema and grammar goals the deadline closure '
           'completes are always served.'),
-    Param('fit_tolerance', 0.02, "MODE_AUTO's choice among cuts and engines: those whose "
+    Param('fit_tolerance', 0.0, "MODE_AUTO's choice among cuts and engines: those whose "
           'P(answer fits) is within this of the surest one (each counted up to '
-          'plan_quantile) compete on measured fidelity; the others are left out. 0: the '
-          'surest always wins; 1: the most faithful likely one wins.', 0.0, 1.0),
+          'plan_quantile) compete on measured fidelity; the others are left out. 0 (met '
+          'first, then fidelity): the surest wins, and among options equally sure (every '
+          'one that fits its plan_quantile) the most faithful; 1: the most faithful likely '
+          'one wins.', 0.0, 1.0),
     Param('count_time_errors', True, "MODE_AUTO's P(answer fits) counts how far this "
           "machine's recent goals ran from their time estimates (each option's ratios at "
           'five quantiles, from its last 64 solo goals): an option that fits only at its '

@@ -268,11 +268,11 @@ def explain(ctx: CutContext, settings: PlannerSettings, note: str, chosen: Optio
                f'({chosen.fits} of {chosen.worst} tokens)')
     elif len(options) > 1 and chosen.cut != options[0].cut:
         full = options[0]
+        within = f'within {settings.fit_tolerance:g} of' if settings.fit_tolerance else 'of'
         why = (f'{words(chosen)} (P(fit) {chosen.probability:.2f}, fidelity '
                f'{chosen.quality:.2f}) over {words(full)} (P(fit) {full.probability:.2f}, '
-               f'fidelity {full.quality:.2f}): the most faithful within '
-               f'{settings.fit_tolerance:g} of the surest fit (fidelity within '
-               f'{settings.fidelity_tolerance:g}: the surest)')
+               f'fidelity {full.quality:.2f}): the most faithful {within} the surest fit '
+               f'(fidelity within {settings.fidelity_tolerance:g}: the surest)')
     else:
         return note
     return '; '.join(filter(None, [note, why]))
