@@ -60,6 +60,9 @@ class Machine:
         return self.factors.get(option, (1.0, 1.0))
 
 
+TRACED = 'amd-epyc-2c'  # the profile of the machine the traces came from
+
+
 def machines(traced_steps: dict) -> list:
     """Return the machine profiles; ``traced_steps``: option -> decode step s here."""
     f32 = traced_steps['float32']
@@ -72,7 +75,7 @@ def machines(traced_steps: dict) -> list:
     orin = {'float32': (0.05, 12e-3 / f32), 'alpha 0.5': (0.05, 12e-3 / f32),
             **{o: (0.05, decode_to(o, orin_step)) for o in llama}}
     return [
-        Machine('amd-epyc-2c', 'the traced machine (measured through the node)', {}),
+        Machine(TRACED, 'the traced machine (measured through the node)', {}),
         Machine('intel-xeon-2c', 'int8 decode steps 1.2x faster than float32 (earlier runs '
                 'on that kind measured 1.0-1.4x: results/precision_intel); float32 and '
                 'llama.cpp as traced (assumed)', intel),
@@ -438,7 +441,7 @@ def evaluate(report: dict, policy: dict | None = None) -> dict:
                 rows[strategy] = _row(results)
             tiers[tier] = rows
         out[machine.name] = {'source': machine.source, 'tiers': tiers}
-    traced = out['amd-epyc-2c']['tiers']
+    traced = out[TRACED]['tiers']
     return {'machines': out, 'gap_points': _gap(report, traced),
             'within_2_sd': within_spread(report, traced),
             'policy': {**policy, 'predictor_share': share, 'idle_best_effort': best_effort,
@@ -503,7 +506,7 @@ def pooled(runs: list) -> dict:
     """
     cells: dict = {}
     for report, evaluation in runs:
-        traced = evaluation['machines']['amd-epyc-2c']['tiers']
+        traced = evaluation['machines'][TRACED]['tiers']
         for tier, rows in report['table'].items():
             for strategy, row in rows.items():
                 cell = cells.setdefault(tier, {}).setdefault(
