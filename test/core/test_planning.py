@@ -549,13 +549,17 @@ def test_a_fidelity_a_point_or_two_lower_runs_when_its_answer_fits_more_surely()
     assert 'within 0.03: the surest' in plan.note
     # Trusting the prediction, both fit surely and the more faithful runs ...
     assert planner(length_hedge=0.0).plan(request, 45, 2.0).precision == ''
-    # ... as it does when fidelities never count as equal,
-    assert planner(fidelity_tolerance=0.0).plan(request, 45, 2.0).precision == ''
+    # ... as it does, with P(fit) counted only to plan_quantile (0.93 and 1.0 both sure),
+    # when fidelities never count as equal,
+    assert planner(fidelity_tolerance=0.0, choice_quantile=0.9).plan(
+        request, 45, 2.0).precision == ''
     # or when the engine's fidelity is further below.
     effects = CutEffects(precision={ENGINE: CutEffect(1.0, 0.9)})
-    assert planner().plan(request, 45, 2.0).precision == ''
+    assert planner(choice_quantile=0.9).plan(request, 45, 2.0).precision == ''
+    # Counted to choice_quantile (0.97), 0.93 is not as sure as 1.0: met first.
+    assert planner().plan(request, 45, 2.0).precision == ENGINE
     # The hedge changes the choice, not admission: the torch plan reports its own P(fit).
-    torch = planner(fidelity_tolerance=0.0).plan(request, 45, 2.0)
+    torch = planner(fidelity_tolerance=0.0, choice_quantile=0.9).plan(request, 45, 2.0)
     assert torch.fit_probability == 1.0 and torch.fits_tokens == 40
 
 
@@ -644,6 +648,25 @@ def test_by_default_a_surer_option_beats_a_more_faithful_one_met_first():
     surer = Option(OtherEngine('llama.cpp-q4_1'), 32, 150, 0.85, 0.68, 0.4)
     assert choose([faithful, surer], settings) is surer
     assert choose([faithful, surer], replace(settings, fit_tolerance=0.02)) is faithful
-    # Equally sure (both fit at plan_quantile 0.9 or more): the most faithful runs.
-    both = [replace(faithful, probability=0.93), replace(surer, probability=0.95)]
+    # Equally sure (both fit at choice_quantile 0.97 or more): the most faithful runs.
+    both = [replace(faithful, probability=0.975), replace(surer, probability=1.0)]
     assert choose(both, settings).quality == 0.98
+
+
+def test_an_option_that_fits_the_cap_beats_one_that_fits_only_the_plan():
+    """Decision-002 (seeds 7 and 11): predicted 32, ran to its 128 cap; F16 fit 115 tokens.
+
+    Both fit the planned length, so both counted as sure at plan_quantile 0.9 and F16 ran
+    and was killed; counted up to choice_quantile, the option that fits the cap wins.
+    """
+    from timebill_ros.core.cut_kinds import OtherEngine
+    from timebill_ros.core.planning import choose, Option
+    settings = PlannerSettings.from_config(NodeConfig())
+    f16 = Option(OtherEngine('llama.cpp-f16'), 40, 115, 0.94, 0.98, 1.8)
+    q4_1 = Option(OtherEngine('llama.cpp-q4_1'), 40, 128, 1.0, 0.68, 1.6)
+    assert choose([f16, q4_1], settings) is q4_1
+    assert choose([f16, q4_1], replace(settings, choice_quantile=0.9)) is f16
+    # plan_quantile above choice_quantile: the choice counts as far as the plan.
+    assert choose([f16, q4_1], replace(settings, choice_quantile=0.5)) is f16
+    with pytest.raises(ValueError, match='choice_quantile'):
+        replace(settings, choice_quantile=1.5)

@@ -68,3 +68,39 @@ def test_long_prompts_are_shortened_to_head_and_tail(tiny):
                        TargetLayerFeatures(tiny, 2, 'last')(short))
     with pytest.raises(ValueError):
         TargetLayerFeatures(tiny, 2, 'last', max_tokens=64)
+
+
+def test_texts_asked_for_at_once_are_embedded_together_as_each_alone():
+    """A burst of goals shares MiniLM forwards, and each gets its own text's embedding."""
+    import threading
+    import time
+    from timebill_ros.runtime.predictor import MiniLMFeatures
+    features = MiniLMFeatures()
+    texts = [f'Stop at dock {i}.' if i % 2 else f'Describe the route to bay {i} in detail.'
+             for i in range(8)]
+    alone = [features.embed_batch([text])[0] for text in texts]
+    forwards, embed_batch = [], features.embed_batch
+
+    def counted(batch):
+        forwards.append(len(batch))
+        return embed_batch(batch)
+    features.embed_batch = counted
+    got = [None] * len(texts)
+    start = threading.Barrier(len(texts))
+
+    def ask(i):
+        start.wait(10)
+        got[i] = features.embed(texts[i])
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(texts))]
+    with features._lock:  # one forward running: the others queue behind it
+        for thread in threads:
+            thread.start()
+        for _ in range(1000):  # at most 10 s for all eight to queue
+            if len(features._waiting) == len(texts):
+                break
+            time.sleep(0.01)
+    for thread in threads:
+        thread.join(30)
+    assert sum(forwards) == len(texts) and len(forwards) < len(texts), forwards
+    for vector, reference in zip(got, alone):
+        assert np.allclose(vector, reference, atol=1e-4)

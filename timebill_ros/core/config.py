@@ -33,10 +33,11 @@ LIVE = frozenset({
     'max_new_tokens', 'max_new_tokens_limit', 'default_policy', 'pessimistic_factor',
     'max_budget_s', 'queue_length', 'scheduler', 'queue_aware_admission', 'miss_rate_warn',
     'miss_rate_error', 'hardware_id', 'alpha_max', 'infeasible', 'plan_quantile',
-    'admit_probability', 'yield_when_late', 'fit_tolerance', 'predictor_share',
-    'min_cut_saving', 'auto_early_exit', 'deadline_closure', 'tpot_jitter', 'idle_best_effort',
-    'min_switch_speedup', 'time_margin', 'context_reduction', 'count_time_errors',
-    'length_hedge', 'fidelity_tolerance', 'llama_handover', 'feedback_period_s'})
+    'admit_probability', 'yield_when_late', 'choice_quantile', 'fit_tolerance',
+    'predictor_share', 'min_cut_saving', 'auto_early_exit', 'deadline_closure', 'tpot_jitter',
+    'idle_best_effort', 'min_switch_speedup', 'time_margin', 'context_reduction',
+    'count_time_errors', 'length_hedge', 'fidelity_tolerance', 'llama_handover',
+    'feedback_period_s'})
 
 _TABLE = (
     Param('model', 'embedded', "Model source: 'embedded' (SmolLM2-135M-Instruct from the "
@@ -135,11 +136,16 @@ _TABLE = (
           'killed: under overload the model goes to goals that can still make theirs. '
           'Alone, a goal always runs. Schema and grammar goals the deadline closure '
           'completes are always served.'),
+    Param('choice_quantile', 0.97, "MODE_AUTO's choice among cuts and engines counts "
+          'P(answer fits) up to this (or plan_quantile when that is higher): an option '
+          'that fits only the planned length is then less sure than one that fits every '
+          'length the answer may run to (a status report predicted at 32 tokens running to '
+          'its 128-token cap), while options past it compete on fidelity.', 0.0, 1.0),
     Param('fit_tolerance', 0.0, "MODE_AUTO's choice among cuts and engines: those whose "
           'P(answer fits) is within this of the surest one (each counted up to '
-          'plan_quantile) compete on measured fidelity; the others are left out. 0 (met '
+          'choice_quantile) compete on measured fidelity; the others are left out. 0 (met '
           'first, then fidelity): the surest wins, and among options equally sure (every '
-          'one that fits its plan_quantile) the most faithful; 1: the most faithful likely '
+          'one that fits past choice_quantile) the most faithful; 1: the most faithful likely '
           'one wins.', 0.0, 1.0),
     Param('count_time_errors', True, "MODE_AUTO's P(answer fits) counts how far this "
           "machine's recent goals ran from their time estimates (each option's ratios at "

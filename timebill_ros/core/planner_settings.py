@@ -24,6 +24,7 @@ class PlannerSettings:
     tpot_jitter: float
     plan_quantile: float
     admit_probability: float
+    choice_quantile: float
     fit_tolerance: float
     min_cut_saving: float
     auto_early_exit: bool
@@ -44,8 +45,8 @@ class PlannerSettings:
             raise ValueError(f'alpha_max must be in [0, 1) (got {self.alpha_max})')
         if self.infeasible not in INFEASIBLE_POLICIES:
             raise ValueError(f'infeasible must be one of {INFEASIBLE_POLICIES}')
-        for name in ('plan_quantile', 'admit_probability', 'fit_tolerance', 'min_cut_saving',
-                     'length_hedge', 'fidelity_tolerance'):
+        for name in ('plan_quantile', 'admit_probability', 'choice_quantile', 'fit_tolerance',
+                     'min_cut_saving', 'length_hedge', 'fidelity_tolerance'):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f'{name} must be in [0, 1] (got {value})')

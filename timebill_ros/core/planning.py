@@ -237,8 +237,9 @@ def closes_in_time(request: Request, settings: PlannerSettings, fits: int) -> bo
 def choose(options: list, settings: PlannerSettings) -> Option:
     """Return the most faithful option among those about as likely to fit as the surest.
 
-    P(fit) (hedged: ``length_hedge``) counts only up to ``plan_quantile``; the options
-    within ``fit_tolerance`` of the surest one compete on fidelity. So a lossy cut or a
+    P(fit) (hedged: ``length_hedge``) counts only up to ``choice_quantile`` (at least
+    ``plan_quantile``); the options within ``fit_tolerance`` of the surest one compete on
+    fidelity. So a lossy cut or a
     faster engine is taken only when it fits more surely, and among cuts that all fit
     well enough the most faithful one runs. Fidelities within ``fidelity_tolerance`` of
     the best count as equal: among those the surest fit (uncapped) runs, then the most
@@ -247,7 +248,8 @@ def choose(options: list, settings: PlannerSettings) -> Option:
     ``admit_probability`` the one fitting the largest share of its planned length is
     returned (the caller rejects or runs it best-effort).
     """
-    enough, admit = settings.plan_quantile, settings.admit_probability
+    enough = max(settings.plan_quantile, settings.choice_quantile)
+    admit = settings.admit_probability
     likely = [o for o in options if o.probability >= admit]
     if not likely:
         return max(options, key=lambda o: (o.fits / max(1, o.worst), -o.wcet))

