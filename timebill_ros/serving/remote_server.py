@@ -34,6 +34,7 @@ from timebill_ros.serving.remote_admission import LengthBasis, plan_on_pool
 
 # A Kill later than this is logged: it should be late by one token plus the network.
 LATE_KILL_S = 0.2
+ADMISSION_WORDS_S = 0.1  # a refusal says what admission cost once it took this long
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,15 @@ class RemoteServer:
         job = Job(key=key, request=request,
                   prompt_ids=request_prompt_ids(self.tokenizer, request), clock=clock,
                   plan=Plan())
-        replica, job.plan = self._plan(job)
+        try:
+            replica, job.plan = self._plan(job)
+        except Rejection as refused:
+            spent = clock.elapsed()
+            if spent < ADMISSION_WORDS_S:
+                raise
+            # Say where the budget went: the node's own work, not the replicas.
+            raise Rejection(f'{refused}; admission itself took {spent:.3f} s of the budget '
+                            '(tokenizing and the length prediction)', refused.plan) from None
         if reserve:
             with self.lock:
                 if self.closing:
