@@ -104,3 +104,16 @@ def test_texts_asked_for_at_once_are_embedded_together_as_each_alone():
     assert sum(forwards) == len(texts) and len(forwards) < len(texts), forwards
     for vector, reference in zip(got, alone):
         assert np.allclose(vector, reference, atol=1e-4)
+
+
+def test_a_failed_batch_raises_in_every_caller_it_took():
+    """A forward that fails is each waiting caller's error, never a None embedding."""
+    from timebill_ros.runtime.predictor import MiniLMFeatures
+    features = MiniLMFeatures()
+
+    def broken(batch):
+        raise RuntimeError('out of memory')
+    features.embed_batch = broken
+    with pytest.raises(RuntimeError, match='out of memory'):
+        features.embed('Stop at dock 3.')
+    assert features._waiting == []

@@ -239,14 +239,13 @@ def choose(options: list, settings: PlannerSettings) -> Option:
 
     P(fit) (hedged: ``length_hedge``) counts only up to ``choice_quantile`` (at least
     ``plan_quantile``); the options within ``fit_tolerance`` of the surest one compete on
-    fidelity. So a lossy cut or a
-    faster engine is taken only when it fits more surely, and among cuts that all fit
-    well enough the most faithful one runs. Fidelities within ``fidelity_tolerance`` of
-    the best count as equal: among those the surest fit (uncapped) runs, then the most
-    faithful (the least lossy, listed first, wins ties), so a measured fidelity gap of a
-    point or two does not buy a slower engine's risk. When no option reaches
-    ``admit_probability`` the one fitting the largest share of its planned length is
-    returned (the caller rejects or runs it best-effort).
+    fidelity. So a lossy cut or a faster engine is taken only when it fits more surely, and
+    among cuts that all fit well enough the most faithful one runs. Fidelities within
+    ``fidelity_tolerance`` of the best count as equal: among those the surest fit
+    (uncapped) runs, then the most faithful (the least lossy, listed first, wins ties), so
+    a measured fidelity gap of a point or two does not buy a slower engine's risk. When no
+    option reaches ``admit_probability`` the one fitting the largest share of its planned
+    length is returned (the caller rejects or runs it best-effort).
     """
     enough = max(settings.plan_quantile, settings.choice_quantile)
     admit = settings.admit_probability

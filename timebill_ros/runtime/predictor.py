@@ -91,7 +91,7 @@ class _Waiting:
     """A text waiting for its embedding (filled by whichever call runs the batch)."""
 
     def __init__(self, text: str):
-        self.text, self.vector = text, None
+        self.text, self.vector, self.error = text, None, None
 
 
 class MiniLMFeatures:
@@ -124,11 +124,19 @@ class MiniLMFeatures:
         with self._queue_lock:
             self._waiting.append(mine)
         with self._lock:
-            if mine.vector is None:  # no forward took it yet: this one takes all waiting
+            if mine.vector is None and mine.error is None:  # this call takes all waiting
                 with self._queue_lock:
                     batch, self._waiting = self._waiting, []
-                for waiting, vector in zip(batch, self.embed_batch([w.text for w in batch])):
-                    waiting.vector = vector
+                try:
+                    vectors = self.embed_batch([w.text for w in batch])
+                except Exception as error:  # each caller in the batch gets it, not None
+                    for waiting in batch:
+                        waiting.error = error
+                else:
+                    for waiting, vector in zip(batch, vectors):
+                        waiting.vector = vector
+        if mine.error is not None:
+            raise mine.error
         return mine.vector
 
     def embed_batch(self, texts: list) -> np.ndarray:
