@@ -348,3 +348,12 @@ def test_a_prompt_prefilled_on_f16_decodes_on_q4_1_after_its_kv_moves(engine, to
         assert tokens == handed
     finally:
         f16.model.close()
+
+
+def test_amx_weight_layouts_are_left_out_where_the_library_has_amx():
+    """llama.cpp's AMX kernels die with SIGILL here: a build with AMX loads without them."""
+    from timebill_ros.runtime.llama_engine import _llama, model_params
+    api = _llama()
+    amx = b'AMX_INT8 = 1' in api.llama_print_system_info()
+    assert model_params(api).use_extra_bufts is not amx
+    assert api.llama_model_default_params().use_extra_bufts  # only the node's copy changes

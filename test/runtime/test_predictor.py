@@ -117,3 +117,23 @@ def test_a_failed_batch_raises_in_every_caller_it_took():
     with pytest.raises(RuntimeError, match='out of memory'):
         features.embed('Stop at dock 3.')
     assert features._waiting == []
+
+
+def test_the_traced_encoder_embeds_as_the_eager_one_at_any_batch_and_length():
+    """Traced once on a padded pair, MiniLM gives eager's hidden states on other shapes."""
+    import torch
+    from timebill_ros.runtime.length_encoder import load_minilm
+    from timebill_ros.runtime.predictor import MiniLMFeatures
+    features = MiniLMFeatures()
+    assert isinstance(features.model, torch.jit.ScriptModule)
+    tokenizer, eager = load_minilm()
+    batches = [['Go.'], ['Write a detailed essay about robot number 3.'] * 9,
+               ['Dock 3 is free. ' * 80, 'Stop.'], ['left', 'Turn left at the second aisle.']]
+    for texts in batches:
+        enc = tokenizer(texts, truncation=True, max_length=256, padding=True,
+                        return_tensors='pt')
+        with torch.inference_mode():
+            want = eager(**enc).last_hidden_state
+        mask = enc['attention_mask'].unsqueeze(-1).float()
+        pooled = ((want * mask).sum(1) / mask.sum(1)).numpy()
+        assert np.allclose(features.embed_batch(texts), pooled, atol=1e-5), texts

@@ -66,6 +66,22 @@ def _llama():
     return llama_cpp
 
 
+def model_params(llama_cpp):
+    """Return llama.cpp's default model parameters, its AMX weight layout left out.
+
+    A build made with -march=native on a CPU with AMX (Intel Sapphire Rapids) lays Q4_1
+    and Q8_0 weights out for AMX tiles, and its kernels die with SIGILL at the first
+    tile instruction: on a 2-core Xeon VM, 2026-12-06, the node's first Q4_1 goal
+    stopped in ``tilezero`` (ggml-org/llama.cpp PR 26954: the tile configuration is
+    lost). Where the library says it has AMX, its extra weight layouts (AMX and
+    repack) are off, and the AVX-512 kernels run; elsewhere nothing changes.
+    """
+    params = llama_cpp.llama_model_default_params()
+    if b'AMX_INT8 = 1' in llama_cpp.llama_print_system_info():
+        params.use_extra_bufts = False
+    return params
+
+
 def gguf_variant(source: Path, weight_format: str, root: Path) -> Path:
     """Return a GGUF of ``source`` at ``weight_format``, made once by llama.cpp's quantizer.
 
@@ -133,8 +149,8 @@ class LlamaModel:
         llama_cpp = self._api = _llama()
         self.path, self.chunk = Path(path), chunk
         self.hold_bytes = max(0, hold_mb) * 2 ** 20
-        model_params = llama_cpp.llama_model_default_params()
-        self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), model_params)
+        self._model = llama_cpp.llama_model_load_from_file(
+            str(path).encode(), model_params(llama_cpp))
         if not self._model:
             raise LlamaUnavailable(f'llama.cpp could not load {path}')
         params = llama_cpp.llama_context_default_params()
