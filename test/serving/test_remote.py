@@ -56,6 +56,22 @@ def test_the_timing_model_fits_ttft_and_inter_token_latency_from_streams():
     assert timing.tokens_within(300, Load(1, 1, 50), 0.951) == 11
 
 
+def test_after_a_burst_a_lone_goal_is_never_timed_faster_than_any_stream_seen():
+    """A fit on a burst's streams alone says ~0 s a step idle; the fastest seen bounds it."""
+    now = [0.0]
+    timing = ReplicaTiming(clock=lambda: now[0])
+    for _ in range(3):  # alone, a minute ago
+        timing.observe(30, Load(0, 0, 0), answer(0.05, [0.04] * 5))
+    now[0] = 60.0
+    for running in range(6, 12):  # the burst: every step shared by 6-11 goals
+        timing.observe(30, Load(running, 1, 30 * running),
+                       answer(0.005 * running + 0.001 * 30 * running, [0.01 * running] * 5))
+    assert timing.itl_coef[0] + timing.itl_coef[1] * 0 < 0.02  # the fit alone: too fast
+    assert timing.itl_s(0) >= 0.04 and timing.ttft_s(30) >= 0.05
+    assert timing.finish_s(30, 25) >= 0.05 + 24 * 0.04
+    assert abs(timing.itl_s(10) - 0.10) < 1e-3  # under load the fit still speaks
+
+
 def test_a_goal_waits_only_for_the_prefill_ahead_of_it_by_deadline():
     pool = ReplicaPool(['http://a:8000'], clock=lambda: 0.0)
     replica = pool.replicas[0]

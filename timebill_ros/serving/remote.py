@@ -321,6 +321,8 @@ class ReplicaTiming:
         self._lock = threading.Lock()
         self.ttft_coef = np.array([PRIOR_TTFT_S, PRIOR_TTFT_PER_TOKEN_S, 0.0, 0.0])
         self.itl_coef = np.array([PRIOR_ITL_S, 0.0])
+        # The fastest first token and step seen: no prediction goes under them.
+        self.ttft_floor_s = self.itl_floor_s = 0.0
         self.last_sample = -math.inf  # when the newest stream ended (clock)
 
     def observe(self, prompt_tokens: int, load: Load, answer: RemoteAnswer) -> None:
@@ -340,22 +342,28 @@ class ReplicaTiming:
     def _refit(self) -> None:
         # Non-negative least squares: a term the samples do not vary (e.g. nothing ran
         # beside) stays at 0 instead of taking an arbitrary share.
+        # Floors: after a burst the recent samples all ran beside many goals, and the fit
+        # may put the whole time on the load term; alone, a goal was then predicted at
+        # 0 s a step, and a 0.05-s goal of 25 tokens was accepted (CI, 2026-12-06).
         if len(self._ttft) >= MIN_SAMPLES:
             self.ttft_coef = _recent_fit([[1.0, n, r, k] for n, r, k, _, _ in self._ttft],
                                          [(t, when) for *_, t, when in self._ttft])
+            self.ttft_floor_s = min(t for *_, t, _ in self._ttft)
         if len(self._itl) >= MIN_SAMPLES:
             self.itl_coef = _recent_fit([[1.0, r] for r, _, _ in self._itl],
                                         [(t, when) for _, t, when in self._itl])
+            self.itl_floor_s = min(t for _, t, _ in self._itl)
 
     def ttft_s(self, prompt_tokens: int, load: Load = Load()) -> float:
         """Return the predicted time to the first token of a goal starting beside ``load``."""
         a, b, c, d = self.ttft_coef
-        return float(a + b * prompt_tokens + c * load.ahead_tokens + d * load.running)
+        return max(self.ttft_floor_s,
+                   float(a + b * prompt_tokens + c * load.ahead_tokens + d * load.running))
 
     def itl_s(self, running: int) -> float:
         """Return the predicted time between tokens with ``running`` goals beside."""
         a, b = self.itl_coef
-        return float(a + b * running)
+        return max(self.itl_floor_s, float(a + b * running))
 
     def finish_s(self, prompt_tokens: int, tokens: int, load: Load = Load()) -> float:
         """Return the predicted time of a whole answer of ``tokens`` tokens."""
