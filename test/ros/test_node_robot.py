@@ -53,21 +53,27 @@ def test_hopeless_budget_is_rejected_with_the_prediction(client):
 
 
 def test_a_tight_command_runs_on_a_llama_cpp_option_and_the_plan_names_it(client):
-    # The shipped config keeps llama.cpp variants resident: at 2 s the torch path's
-    # answer (~3 s here) cannot fit, a llama.cpp one does (~0.5 s).
-    run = client.ask(make_goal('Summarise the robot status in one sentence: battery 64 %, '
-                               'lidar OK, camera 2 offline, speed 1.2 m/s.', 2.0,
-                               mode=G.MODE_AUTO, max_new_tokens=48), 60)
+    # The shipped config keeps llama.cpp variants resident. At half the time the torch
+    # float32 answer takes here, float32 cannot fit and int8-weight is no faster than
+    # 0.55x of it (AMD EPYC 0.7x, Intel Xeon 0.55-0.7x); a llama.cpp option fits (0.2-0.4x),
+    # and among those that fit it is the most faithful (int8-dynamic is the least).
+    # The budget is relative: a fixed 2 s fits float32 on the Xeon (24 ms a step).
+    instruction = ('Summarise the robot status in one sentence: battery 64 %, lidar OK, '
+                   'camera 2 offline, speed 1.2 m/s.')
+    full = client.ask(make_goal(instruction, 60.0, mode=G.MODE_NONE, max_new_tokens=48), 120)
+    assert full.accepted and full.result.outcome == R.COMPLETED, full.result.reason
+    budget = 0.5 * full.result.e2e_s
+    run = client.ask(make_goal(instruction, budget, mode=G.MODE_AUTO, max_new_tokens=48), 60)
     assert run.accepted, run.reject_reason
     res = run.result
     assert res.plan.precision.startswith('llama.cpp-'), (res.plan.precision, res.plan.note)
-    # Usually COMPLETED in ~0.5 s; on a loaded 2-core VM the same tokens have taken 2 s
-    # (CI at 87be820). What holds either way is the bound: over by at most one token.
+    # Usually COMPLETED; on a loaded 2-core VM the same tokens have taken 4x as long (CI
+    # at 87be820). What holds either way is the bound: over by at most one token.
     if res.outcome == R.COMPLETED:
-        assert res.deadline_met and res.e2e_s <= 2.0, res.reason
+        assert res.deadline_met and res.e2e_s <= budget, res.reason
     else:
         assert res.outcome == R.KILLED and not res.deadline_met, res.reason
-        assert res.e2e_s <= 2.0 + 0.2 and res.tokens > 0, res.reason
+        assert res.e2e_s <= budget + 0.2 and res.tokens > 0, res.reason
     assert res.text.strip() and run.streamed_text == res.text
 
 
