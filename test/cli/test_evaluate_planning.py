@@ -83,9 +83,12 @@ def test_auto_runs_a_goal_it_would_refuse_as_best_effort_as_the_idle_node_does()
     run = report()
     run['tiers'].append('0.11x')
     run['table']['0.11x'] = {s: {'met': 0, 'goals': 2} for s in run['strategies']}
-    amd = ev.evaluate(run)['machines']['amd-epyc-2c']['tiers']
+    # Planned on the answers' spread: the text head is taken to cost 20 ms, over the
+    # 11 ms the budget leaves it (predictor_share 0.05 of 0.22 s). Timed live, it was
+    # 5-30 ms by this machine's load, and the test followed the load.
+    amd = ev.evaluate(run, {'text_head_s': 0.02})['machines']['amd-epyc-2c']['tiers']
     assert amd['0.11x']['AUTO']['choices'] == {'llama.cpp-q4_1': 2}
-    strict = ev.evaluate(run, {'idle_best_effort': False})
+    strict = ev.evaluate(run, {'idle_best_effort': False, 'text_head_s': 0.02})
     assert strict['machines']['amd-epyc-2c']['tiers']['0.11x']['AUTO']['choices'] == \
         {'refused': 2}
     assert strict['policy']['idle_best_effort'] is False

@@ -109,10 +109,24 @@ def traced_encoder(model, tokenizer, threads: int = 1):
     import torch
     example = tokenizer(['a robot', 'a robot waits at dock 3 for the next pallet'],
                         padding=True, return_tensors='pt')
+    inputs = (example['input_ids'], example['attention_mask'])
     with intra_op_threads(threads), torch.inference_mode(), warnings.catch_warnings():
         warnings.simplefilter('ignore')  # the tracer's notes on branches it fixed
-        return torch.jit.trace(model, (example['input_ids'], example['attention_mask']),
-                               strict=False)
+        traced = torch.jit.trace(model, inputs, strict=False)
+        with unoptimized_graphs():
+            traced(*inputs)  # the first call's own set-up happens here, not on a goal
+    return traced
+
+
+def unoptimized_graphs():
+    """Return a context that runs TorchScript graphs as traced, without optimising them.
+
+    The optimising executor profiles a graph's first calls and specialises it to their
+    shapes: a goal's first forward then took 31 ms instead of 7, and each new shape may
+    do it again. The node runs no other TorchScript (the flag is process-wide).
+    """
+    import torch
+    return torch.jit.optimized_execution(False)
 
 
 class MiniLMFeatures:
@@ -165,7 +179,7 @@ class MiniLMFeatures:
     def embed_batch(self, texts: list) -> np.ndarray:
         """Return the mean-pooled embeddings of ``texts`` from one padded forward."""
         import torch
-        with intra_op_threads(self.threads), torch.inference_mode():
+        with intra_op_threads(self.threads), torch.inference_mode(), unoptimized_graphs():
             enc = self.tok(texts, truncation=True, max_length=self.max_length,
                            padding=True, return_tensors='pt')
             hidden = self.model(enc['input_ids'], enc['attention_mask'])['last_hidden_state']
