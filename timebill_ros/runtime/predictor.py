@@ -99,9 +99,10 @@ def traced_encoder(model, tokenizer, threads: int = 1):
 
     A traced forward gives the GIL up once for the whole graph; an eager one takes it
     back after every op, and beside busy Python threads each take waits for a switch
-    interval. Nine texts, one intra-op thread, Intel Xeon VM 2026-12-06: eager 18 ms
-    alone, 1,065 ms beside two busy Python threads and 4,112 ms beside six; traced 24
-    and 104 ms. The node's threads (streams, feedback, the executor) are such threads.
+    interval. Nine texts, one intra-op thread, Intel Xeon VM 2026-12-06
+    (``cli.bench_encoder_gil``, results/encoder_gil_xeon): eager 18 ms alone, 1,020 ms
+    beside two busy Python threads and 5,223 ms beside six; traced 16, 41 and 113 ms.
+    The node's threads (streams, feedback, the executor) are such threads.
     Traced on a padded pair; the outputs equal eager ones for other batch sizes and
     lengths (test/runtime/test_predictor.py).
     """
