@@ -43,20 +43,20 @@ def report():
 
 def test_fixed_choices_meet_a_budget_when_their_trace_ends_by_it():
     evaluation = ev.evaluate(report())
-    amd = evaluation['machines']['amd-epyc-2c']['tiers']
+    here = evaluation['machines']['traced']['tiers']
     # float32 takes 2.0 s: met at 1x and 5 s, not at 0.3x (0.6 s); llama.cpp (0.23 s) always.
-    assert [amd[t]['float32']['met'] for t in ('0.3x', '1x', '20s')] == [0, 2, 2]
-    assert all(amd[t]['llama.cpp-q4_1 + Kill']['met'] == 2 for t in amd)
-    assert amd['1x']['float32']['f1_met'] == pytest.approx(1.0)
-    assert amd['1x']['llama.cpp-q4_1 + Kill']['f1_met'] < 1.0
+    assert [here[t]['float32']['met'] for t in ('0.3x', '1x', '20s')] == [0, 2, 2]
+    assert all(here[t]['llama.cpp-q4_1 + Kill']['met'] == 2 for t in here)
+    assert here['1x']['float32']['f1_met'] == pytest.approx(1.0)
+    assert here['1x']['llama.cpp-q4_1 + Kill']['f1_met'] < 1.0
 
 
 def test_auto_is_the_nodes_planner_choosing_among_the_options():
     evaluation = ev.evaluate(report())
-    amd = evaluation['machines']['amd-epyc-2c']['tiers']
-    assert amd['0.3x']['AUTO']['choices'] == {'llama.cpp-q4_1': 2}  # only it fits
-    assert amd['20s']['AUTO']['choices'] == {'float32': 2}  # full fidelity fits
-    assert amd['0.3x']['AUTO']['met'] == 2
+    here = evaluation['machines']['traced']['tiers']
+    assert here['0.3x']['AUTO']['choices'] == {'llama.cpp-q4_1': 2}  # only it fits
+    assert here['20s']['AUTO']['choices'] == {'float32': 2}  # full fidelity fits
+    assert here['0.3x']['AUTO']['met'] == 2
     # The node measured nothing met: every cell's gap is the predicted rate.
     assert evaluation['gap_points']['20s']['float32'] == pytest.approx(100.0)
 
@@ -66,9 +66,46 @@ def test_machine_profiles_scale_the_traces_and_drop_what_a_machine_cannot_run():
     orin = evaluation['machines']['jetson-orin-nano']['tiers']
     assert orin['20s']['int8-weight']['met'] == 0  # no int8 CPU kernels there
     intel = evaluation['machines']['intel-xeon-2c']['tiers']
-    assert intel['1x']['float32']['met'] == 2
+    assert intel['1x']['float32']['met'] == 2  # 1x is float32's own time there
     text = ev.markdown(report(), evaluation)
     assert '## jetson-orin-nano' in text and 'published' in text
+    assert 'measured through the node: run 21' in text
+
+
+def slower(factor):
+    """Return the test run as measured on a machine ``factor`` times slower throughout."""
+    run = report()
+    run['profiles'] = {stem: {'coefficients': {k: v * factor for k, v in
+                                               profile['coefficients'].items()}}
+                       for stem, profile in PROFILES.items()}
+    for t in run['traces']:
+        for key in ('prefill_s', 'decode_s', 'e2e_s'):
+            t[key] *= factor
+    return run
+
+
+def test_a_machine_measured_through_the_node_scales_each_option_as_its_run_there_did(tmp_path):
+    import json
+    there = tmp_path / 'twice_as_slow'
+    there.mkdir()
+    (there / 'bench.json').write_text(json.dumps(slower(2.0)))
+    here = ev.Replay(report())
+    machine = ev.measured_machine('slow', ev.Replay(slower(2.0)), here, 'a test run')
+    for option in ('float32', 'int8-weight', 'llama.cpp-q4_1'):
+        assert machine.factor(option) == pytest.approx((2.0, 2.0))
+    assert machine.factor('alpha 0.5') == machine.factor('float32')
+    # A relative tier is relative to float32's time there: twice the budget, so every
+    # fixed choice meets 1x as it does here; an absolute budget stays what it is.
+    assert here.budget('1x', ITEMS[0], machine) == pytest.approx(2.0 * here.full_s[ITEMS[0]])
+    assert here.budget('20s', ITEMS[0], machine) == 20.0
+    evaluation = ev.evaluate(report(), measured={'slow': (str(there), 'a test run')})
+    slow, traced = (evaluation['machines'][name]['tiers'] for name in ('slow', 'traced'))
+    for strategy in ('float32', 'int8-weight', 'llama.cpp-q4_1 + Kill'):
+        assert slow['1x'][strategy]['met'] == traced['1x'][strategy]['met']
+    assert slow['20s']['float32']['met'] == 2  # 4.0 s of float32 still end by 20 s
+    # Mixed factors: a hand-over prefills as its first option and decodes as its second.
+    mixed = ev.Machine('m', '', {'llama.cpp-f16': (0.5, 3.0), 'llama.cpp-q4_1': (2.0, 1.5)})
+    assert mixed.factor('llama.cpp-f16>llama.cpp-q4_1') == (0.5, 1.5)
 
 
 def test_reruns_jitter_turns_a_time_into_a_share_of_runs_that_meet():
@@ -86,10 +123,10 @@ def test_auto_runs_a_goal_it_would_refuse_as_best_effort_as_the_idle_node_does()
     # Planned on the answers' spread: the text head is taken to cost 20 ms, over the
     # 11 ms the budget leaves it (predictor_share 0.05 of 0.22 s). Timed live, it was
     # 5-30 ms by this machine's load, and the test followed the load.
-    amd = ev.evaluate(run, {'text_head_s': 0.02})['machines']['amd-epyc-2c']['tiers']
-    assert amd['0.11x']['AUTO']['choices'] == {'llama.cpp-q4_1': 2}
+    here = ev.evaluate(run, {'text_head_s': 0.02})['machines']['traced']['tiers']
+    assert here['0.11x']['AUTO']['choices'] == {'llama.cpp-q4_1': 2}
     strict = ev.evaluate(run, {'idle_best_effort': False, 'text_head_s': 0.02})
-    assert strict['machines']['amd-epyc-2c']['tiers']['0.11x']['AUTO']['choices'] == \
+    assert strict['machines']['traced']['tiers']['0.11x']['AUTO']['choices'] == \
         {'refused': 2}
     assert strict['policy']['idle_best_effort'] is False
 
@@ -139,12 +176,12 @@ def test_auto_plans_with_the_cache_a_long_prompt_finds():
             t['prefill_s'] = 3.2
             t['e2e_s'] = 3.2 + t['decode_s']
     evaluation = ev.evaluate(data)
-    amd = evaluation['machines']['amd-epyc-2c']['tiers']
+    here = evaluation['machines']['traced']['tiers']
     # float32 at 1x of its (cold) loose time meets: warm, its prefill is ~0.2 s.
-    assert amd['1x']['float32']['met'] == 2
+    assert here['1x']['float32']['met'] == 2
     # Planned cold (3.4 s of prefill in a 4.8 s budget) only llama.cpp would fit.
-    assert set(amd['1x']['AUTO']['choices']) <= {'float32', 'int8-weight'}
-    assert amd['1x']['AUTO']['met'] == 2
+    assert set(here['1x']['AUTO']['choices']) <= {'float32', 'int8-weight'}
+    assert here['1x']['AUTO']['met'] == 2
 
 
 def test_auto_plans_with_the_time_errors_the_nodes_etes_would_measure():
@@ -162,10 +199,10 @@ def test_auto_plans_with_the_time_errors_the_nodes_etes_would_measure():
     assert replay.errors['llama.cpp-q4_1'][2] == pytest.approx(replay.jitter[1])
     # At 1x with errors counted, the float32 plan no longer counts as sure.
     # (The recorded lengths only: the text head would predict its own.)
-    counted = ev.evaluate(rep, {'text_head': False})['machines']['amd-epyc-2c']['tiers']['1x'][
+    counted = ev.evaluate(rep, {'text_head': False})['machines']['traced']['tiers']['1x'][
         'AUTO']
     ignored = ev.evaluate(rep, {'count_time_errors': False, 'text_head': False})
-    assert ignored['machines']['amd-epyc-2c']['tiers']['1x']['AUTO']['choices'] == \
+    assert ignored['machines']['traced']['tiers']['1x']['AUTO']['choices'] == \
         {'float32': 2}
     assert counted['choices'].get('llama.cpp-q4_1', 0) >= 1
 
@@ -229,7 +266,7 @@ def test_a_planner_parameter_is_replayed_as_set_and_checked_like_the_nodes(tmp_p
 def test_runs_pooled_add_their_goals_and_compare_the_rates():
     def run(auto_met, expected, sd):
         measured = {'table': {'1x': {'AUTO': {'met': auto_met, 'goals': 20}}}}
-        replayed = {'machines': {'amd-epyc-2c': {'tiers': {'1x': {'AUTO': {
+        replayed = {'machines': {'traced': {'tiers': {'1x': {'AUTO': {
             'met': expected, 'sd': sd}}}}}}
         return measured, replayed
     # One run 3 goals under the replay (15 points), the other 2 over: pooled 2.5 points.
@@ -254,3 +291,16 @@ def test_main_pools_two_runs_into_one_table(tmp_path):
     assert cells['20s']['float32']['expected'] == pytest.approx(4.0)  # every trace fits 20 s
     assert cells['20s']['float32']['gap_points'] == pytest.approx(100.0)  # the node: 0 met
     assert '| 20s | 4 |' in (tmp_path / 'out' / 'POOLED.md').read_text()
+
+
+def test_every_profile_is_pooled_over_the_runs_with_auto_against_the_best_fixed():
+    def run(auto, fixed, f1):
+        return {'machines': {'m': {'tiers': {'1x': {
+            'AUTO': {'met': auto, 'goals': 10, 'f1_met': f1},
+            'float32': {'met': fixed, 'goals': 10, 'f1_met': 1.0}}}}}}
+    sums = ev.pooled_profiles([run(8.0, 5.0, 0.5), run(2.0, 6.0, 1.0)])
+    auto = sums['m']['1x']['AUTO']
+    assert (auto['met'], auto['goals']) == (10.0, 20)
+    assert auto['f1_met'] == pytest.approx((8 * 0.5 + 2 * 1.0) / 10)  # met-weighted
+    assert '| 1x | 10.0/20 (0.60) | 11.0/20 (1.00) | NO (-1.0) |' in ev.profiles_markdown(
+        ['AUTO', 'float32'], sums)

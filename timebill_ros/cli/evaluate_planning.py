@@ -15,10 +15,14 @@ tier against a machine profile, in the spirit of Vidur's simulator for LLM servi
   option it picks then runs as that option's trace.
 
 Machine profiles scale each option's prefill and decode relative to the machine the
-traces came from. ``amd-epyc-2c`` is that machine (factor 1): its predicted met counts
-are checked against the ones measured through the node (the report gives the gap per
-tier in points). The others say where their figures come from. Writes evaluation.json
-and EVALUATION.md per run into a new folder (runs are never overwritten).
+traces came from. ``traced`` is that machine (factor 1): its predicted met counts are
+checked against the ones measured through the node (the report gives the gap per tier
+in points). ``amd-epyc-2c`` and ``intel-xeon-2c`` are measured: a bench_engines run on
+each (MEASURED) gives each option's seconds there for this run's prompt and answer
+lengths. ``jetson-orin-nano`` is from published figures and assumptions (its source
+says which). A tier relative to float32's time is relative to float32's time on the
+profile's machine. Writes evaluation.json and EVALUATION.md per run into a new folder
+(runs are never overwritten).
 """
 
 from __future__ import annotations
@@ -56,29 +60,74 @@ class Machine:
     unavailable: tuple = ()  # options this machine cannot run
 
     def factor(self, option: str) -> tuple:
-        """Return an option's (prefill, decode) factors."""
+        """Return an option's (prefill, decode) factors.
+
+        A hand-over ('a>b') prefills as ``a`` and decodes as ``b``; an eviction ratio
+        ('alpha 0.5') runs on float32 unless the profile names it.
+        """
+        if '>' in option:
+            first, then = option.split('>', 1)
+            return self.factor(first)[0], self.factor(then)[1]
+        if option not in self.factors and option.startswith('alpha '):
+            option = 'float32'
         return self.factors.get(option, (1.0, 1.0))
 
 
-TRACED = 'amd-epyc-2c'  # the profile of the machine the traces came from
+TRACED = 'traced'  # the profile of the machine the traces came from (factor 1)
+# Machines measured through the node: a bench_engines run on each (its per-option step and
+# prefill times, as calibrated at its start and corrected by its traces' drift).
+MEASURED = {
+    'amd-epyc-2c': ('results/engines/robot_20_fresh_seed17', 'run 20, 2-core AMD EPYC VM'),
+    'intel-xeon-2c': ('results/engines/robot_10_xeon_seed19',
+                      'run 21, 2-core Intel Xeon (Sapphire Rapids, AMX) VM'),
+}
 
 
-def machines(traced_steps: dict) -> list:
-    """Return the machine profiles; ``traced_steps``: option -> decode step s here."""
+def measured_machine(name: str, there: 'Replay', here: 'Replay', source: str) -> Machine:
+    """Return a profile from a run measured on another machine (``there``).
+
+    Per option, its seconds there over its seconds here for the traced run's own prompt
+    and answer lengths (float32's loose answers): each run's calibrated profile times what
+    its traces drifted from it. Options not traced there are left out (unavailable).
+    """
+    shapes = [(t['prompt_tokens'], t['tokens']) for (_, s), t in here.raw.items()
+              if s == 'float32']
+    factors = {}
+    for option, model in here.models.items():
+        if option not in there.models:
+            continue
+        far, far_drift = there.models[option], there.drift.get(option, (1.0, 1.0))
+        near_drift = here.drift.get(option, (1.0, 1.0))
+        prefill = sum(far.prefill(n) for n, _ in shapes) * far_drift[0] / (
+            sum(model.prefill(n) for n, _ in shapes) * near_drift[0])
+        decode = sum(far.decode(n, k) for n, k in shapes) * far_drift[1] / (
+            sum(model.decode(n, k) for n, k in shapes) * near_drift[1])
+        factors[option] = (prefill, decode)
+    missing = tuple(o for o in here.models if o not in factors)
+    return Machine(name, f'measured through the node: {source}', factors, missing)
+
+
+def machines(replay: 'Replay', measured: dict | None = None) -> list:
+    """Return the machine profiles a run is replayed on.
+
+    ``measured``: name -> (bench_engines folder, what it is) of machines measured through
+    the node (default MEASURED, the shipped runs); the traced machine itself first.
+    """
+    traced_steps = replay.steps
     f32 = traced_steps['float32']
 
     def decode_to(option: str, step_s: float) -> float:
         return step_s / traced_steps[option] if option in traced_steps else 1.0
     llama = [o for o in traced_steps if o.startswith('llama.cpp-')]
-    intel = {low: (1.0, decode_to(low, f32 / 1.2)) for low in ('int8-weight', 'int8-dynamic')}
     orin_step = 1.0 / 165.2  # llama.cpp CUDA, SmolLM2-135M, Orin Nano Super 25 W
-    orin = {'float32': (0.05, 12e-3 / f32), 'alpha 0.5': (0.05, 12e-3 / f32),
+    orin = {'float32': (0.05, 12e-3 / f32),
             **{o: (0.05, decode_to(o, orin_step)) for o in llama}}
-    return [
-        Machine(TRACED, 'the traced machine (measured through the node)', {}),
-        Machine('intel-xeon-2c', 'int8 decode steps 1.2x faster than float32 (earlier runs '
-                'on that kind measured 1.0-1.4x: results/precision_intel); float32 and '
-                'llama.cpp as traced (assumed)', intel),
+    profiles = [Machine(TRACED, f"the traced machine ({replay.report['machine']}; measured "
+                        'through the node)', {})]
+    for name, (folder, source) in (MEASURED if measured is None else measured).items():
+        there = Replay(json.loads((common.ROOT / folder / 'bench.json').read_text()))
+        profiles.append(measured_machine(name, there, replay, f'{source}, `{folder}`'))
+    return profiles + [
         Machine('jetson-orin-nano', 'published: llama.cpp CUDA SmolLM2-135M 165.2 tok/s '
                 '(smolhub.com, Orin Nano Super 8GB, 25 W, 2026-06); assumed: torch eager '
                 'float32 12 ms per step (kernel-launch bound), every prefill 20x faster '
@@ -327,9 +376,17 @@ class Replay:
                 ratios.append(record['e2e_s'] / warm)
         return ratios
 
-    def budget(self, tier: str, item: str) -> float:
-        """Return an item's budget at a tier."""
-        return float(tier[:-1]) * self.full_s[item] if tier.endswith('x') else float(tier[:-1])
+    def budget(self, tier: str, item: str, machine: Machine) -> float:
+        """Return an item's budget at a tier on ``machine``.
+
+        A tier relative to float32's time ('0.3x') is relative to float32's time there:
+        the traced run's, scaled as its trace scales.
+        """
+        if not tier.endswith('x'):
+            return float(tier[:-1])
+        trace = {**self.traces[(item, 'float32')], 'strategy': 'float32'}
+        there = trace_time(trace, machine) / trace_time(trace, Machine(TRACED, '', {}))
+        return float(tier[:-1]) * self.full_s[item] * there
 
     def fixed(self, strategy: str, item: str, budget: float, machine: Machine) -> tuple:
         """Return (expected met share, F1 of a met answer) of a fixed choice."""
@@ -403,7 +460,8 @@ class Replay:
         return metrics.token_f1(trace['text'], self.reference[item])
 
 
-def evaluate(report: dict, policy: dict | None = None) -> dict:
+def evaluate(report: dict, policy: dict | None = None,
+             measured: dict | None = None) -> dict:
     """Return {machine: {tier: {strategy: expected met, F1}}} and the gap to the node's counts.
 
     ``policy``: AUTO's settings to replay (``fit_tolerance``, ``predictor_share``, ...;
@@ -428,7 +486,7 @@ def evaluate(report: dict, policy: dict | None = None) -> dict:
     length = RecordedLength('rlp (recorded)', LinearHead.load(SHIPPED_HEAD).distribution,
                             predicted, replay.typical)
     out = {}
-    for machine in machines(replay.steps):
+    for machine in machines(replay, measured):
         planner = make_planner(report, machine, length, replay.drift, policy, replay.errors,
                                handover=any('>' in strategy for _, strategy in replay.raw))
         tiers = {}
@@ -437,7 +495,7 @@ def evaluate(report: dict, policy: dict | None = None) -> dict:
             for strategy in report['strategies']:
                 results = []
                 for item in replay.full_s:
-                    budget = replay.budget(tier, item)
+                    budget = replay.budget(tier, item, machine)
                     if strategy == 'AUTO':
                         results.append(replay.auto(
                             planner, length, item, budget, machine,
@@ -527,6 +585,48 @@ def pooled(runs: list) -> dict:
             cell['sd'] = math.sqrt(cell.pop('var'))
             cell['gap_points'] = 100.0 * (cell['expected'] - cell['met']) / cell['goals']
     return cells
+
+
+def pooled_profiles(evaluations: list) -> dict:
+    """Return {machine: {tier: {strategy: {'met', 'goals', 'f1_met'}}}} summed over runs.
+
+    What the replay expects on each machine profile of all the runs' goals together;
+    ``f1_met`` is met-weighted, as each run's.
+    """
+    sums: dict = {}
+    for evaluation in evaluations:
+        for name, result in evaluation['machines'].items():
+            for tier, rows in result['tiers'].items():
+                for strategy, row in rows.items():
+                    cell = sums.setdefault(name, {}).setdefault(tier, {}).setdefault(
+                        strategy, {'met': 0.0, 'goals': 0, 'f1_sum': 0.0})
+                    cell['met'] += row['met']
+                    cell['goals'] += row['goals']
+                    cell['f1_sum'] += row['met'] * row['f1_met']
+    for tiers in sums.values():
+        for rows in tiers.values():
+            for cell in rows.values():
+                f1_sum = cell.pop('f1_sum')
+                cell['f1_met'] = f1_sum / cell['met'] if cell['met'] else 0.0
+    return sums
+
+
+def profiles_markdown(strategies: list, sums: dict) -> str:
+    """Return the pooled replay per machine profile: met (F1) and whether AUTO >= each."""
+    lines = ['## Every profile, the runs pooled', '',
+             'Cells: expected met / goals (token-F1 of met answers to float32\'s).', '']
+    for name, tiers in sums.items():
+        lines += [f'### {name}', '', '| tier | ' + ' | '.join(strategies) +
+                  ' | AUTO >= every fixed? |', '|---' * (len(strategies) + 2) + '|']
+        for tier, rows in tiers.items():
+            best = max(rows[s]['met'] for s in strategies if s != 'AUTO')
+            lines.append(f'| {tier} | ' + ' | '.join(
+                f"{rows[s]['met']:.1f}/{rows[s]['goals']} ({rows[s]['f1_met']:.2f})"
+                for s in strategies) + ' | ' + ('yes' if rows['AUTO']['met'] >= best - 0.05
+                                                else f"NO ({rows['AUTO']['met'] - best:+.1f})")
+                + ' |')
+        lines.append('')
+    return '\n'.join(lines)
 
 
 def pooled_markdown(reports: list, cells: dict, command: str) -> str:
@@ -676,7 +776,10 @@ def main(argv=None) -> int:
     if len(reports) > 1:
         cells = pooled(list(zip(reports, evaluations)))
         (out / 'pooled.json').write_text(json.dumps(cells, indent=1) + '\n')
-        text = pooled_markdown(reports, cells, command)
+        sums = pooled_profiles(evaluations)
+        (out / 'pooled_profiles.json').write_text(json.dumps(sums, indent=1) + '\n')
+        text = pooled_markdown(reports, cells, command) + '\n\n' + profiles_markdown(
+            reports[0]['strategies'], sums)
         (out / 'POOLED.md').write_text(text + '\n', encoding='utf-8')
         print(text)
     return 0
