@@ -218,35 +218,6 @@ def test_a_skipped_predictor_is_replayed_with_the_text_head_the_node_now_has():
     assert ev.evaluate(report(), {'text_head': False})['policy']['text_head'] is False
 
 
-def test_a_cell_is_reproduced_within_two_of_the_replays_standard_deviations():
-    unsure = ev._row([(0.5, 1.0)] * 8 + [(1.0, 1.0)] * 2)  # 6 expected, sd sqrt(2)
-    sure = ev._row([(0.0, 0.0)] * 20)  # 0 expected, no spread
-    assert unsure['met'] == pytest.approx(6.0) and unsure['sd'] == pytest.approx(2 ** 0.5)
-    predicted = {'0.3x': {'AUTO': unsure, 'float32': sure}}
-
-    def measured(auto, float32):
-        return {'table': {'0.3x': {'AUTO': {'met': auto, 'goals': 10},
-                                   'float32': {'met': float32, 'goals': 20}}}}
-    assert ev.within_spread(measured(4, 0), predicted) == (2, 2)  # 2 off < 2 x 1.41
-    assert ev.within_spread(measured(3, 0), predicted) == (1, 2)  # 3 off: outside
-    assert ev.within_spread(measured(6, 1), predicted) == (1, 2)  # sure, and one off
-
-
-def test_repeatability_is_the_spread_of_the_fixed_choices_between_runs_of_the_same_items():
-    first, second = report(), report()
-    assert ev.repeatability([first]) is None  # one run: nothing to compare
-    first['table']['1x']['float32']['met'] = 2
-    second['commit'] = 'def'
-    spread = ev.repeatability([first, second])
-    assert spread['max_points'] == 100.0 and spread['runs'] == ['abc', 'def']
-    assert spread['cells']['1x float32'] == 100.0 and spread['cells']['0.3x float32'] == 0.0
-    assert '1x AUTO' not in spread['cells']  # AUTO is what changes between runs
-    # Runs over other items do not count as repeats.
-    other = report()
-    other['traces'] = [{**t, 'item': 'other'} for t in other['traces']]
-    assert ev.repeatability([first, other]) is None
-
-
 def test_a_planner_parameter_is_replayed_as_set_and_checked_like_the_nodes(tmp_path):
     import json
     assert ev.planner_overrides(['fit_tolerance=0', 'length_hedge=0.5']) == {
@@ -261,20 +232,6 @@ def test_a_planner_parameter_is_replayed_as_set_and_checked_like_the_nodes(tmp_p
     assert ev.main([str(run), '--out', str(tmp_path / 'out'), '--set', 'fit_tolerance=0']) == 0
     written = json.loads((tmp_path / 'out' / 'robot_2' / 'evaluation.json').read_text())
     assert written['policy']['fit_tolerance'] == 0.0
-
-
-def test_runs_pooled_add_their_goals_and_compare_the_rates():
-    def run(auto_met, expected, sd):
-        measured = {'table': {'1x': {'AUTO': {'met': auto_met, 'goals': 20}}}}
-        replayed = {'machines': {'traced': {'tiers': {'1x': {'AUTO': {
-            'met': expected, 'sd': sd}}}}}}
-        return measured, replayed
-    # One run 3 goals under the replay (15 points), the other 2 over: pooled 2.5 points.
-    cells = ev.pooled([run(12, 15.0, 1.5), run(17, 15.0, 2.0)])
-    cell = cells['1x']['AUTO']
-    assert (cell['met'], cell['goals'], cell['expected']) == (29, 40, 30.0)
-    assert cell['gap_points'] == pytest.approx(2.5)
-    assert cell['sd'] == pytest.approx(2.5)  # sqrt(1.5^2 + 2^2)
 
 
 def test_main_pools_two_runs_into_one_table(tmp_path):
@@ -293,14 +250,29 @@ def test_main_pools_two_runs_into_one_table(tmp_path):
     assert '| 20s | 4 |' in (tmp_path / 'out' / 'POOLED.md').read_text()
 
 
-def test_every_profile_is_pooled_over_the_runs_with_auto_against_the_best_fixed():
-    def run(auto, fixed, f1):
-        return {'machines': {'m': {'tiers': {'1x': {
-            'AUTO': {'met': auto, 'goals': 10, 'f1_met': f1},
-            'float32': {'met': fixed, 'goals': 10, 'f1_met': 1.0}}}}}}
-    sums = ev.pooled_profiles([run(8.0, 5.0, 0.5), run(2.0, 6.0, 1.0)])
-    auto = sums['m']['1x']['AUTO']
-    assert (auto['met'], auto['goals']) == (10.0, 20)
-    assert auto['f1_met'] == pytest.approx((8 * 0.5 + 2 * 1.0) / 10)  # met-weighted
-    assert '| 1x | 10.0/20 (0.60) | 11.0/20 (1.00) | NO (-1.0) |' in ev.profiles_markdown(
-        ['AUTO', 'float32'], sums)
+def test_a_run_is_replayed_on_a_profile_against_a_run_of_its_items_on_that_machine(tmp_path):
+    import json
+    # The node there met its one goal with every choice but float32 and int8-weight at
+    # 0.3x (0.6 s: their answers take 2.0 and 1.74 s), as the replay here does.
+    target = report()
+    target['traces'] = [t for t in target['traces'] if t['item'] == ITEMS[0]]
+    slow = {('0.3x', 'float32'), ('0.3x', 'int8-weight')}
+    target['table'] = {tier: {s: {'met': int((tier, s) not in slow), 'goals': 1}
+                              for s in target['strategies']} for tier in target['tiers']}
+    check = ev.cross_check(report(), target, 'traced', {'text_head_s': 0.02})
+    assert check['tiers']['0.3x']['float32']['goals'] == 1  # only the target's item
+    assert check['gap_points']['0.3x']['float32'] == pytest.approx(0.0)
+    assert check['gap_points']['0.3x']['llama.cpp-q4_1 + Kill'] == pytest.approx(0.0)
+    assert check['within_2_sd'] == (12, 12)
+    runs = tmp_path / 'robot_2'
+    there = tmp_path / 'there'
+    for folder, data in ((runs, report()), (there, target)):
+        folder.mkdir()
+        (folder / 'bench.json').write_text(json.dumps(data))
+    out = tmp_path / 'out'
+    assert ev.main([str(runs), '--against', str(there), '--profile', 'traced',
+                    '--out', str(out)]) == 0
+    assert '| 0.3x | 0 / 0.0 (+0.0)' in (out / 'CROSS_CHECK.md').read_text()
+    target['traces'][0]['item'] = 'an item the runs lack'
+    with pytest.raises(SystemExit, match='lack'):
+        ev.cross_check(report(), target, 'traced', {})

@@ -11,6 +11,7 @@ feedback arrival times.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -76,13 +77,33 @@ def option_name(weight_format: str) -> str:
     return name(weight_format)
 
 
+@contextlib.contextmanager
+def node_model_params():
+    """Make llama-cpp-python's ``Llama`` load a model with the node's model parameters.
+
+    ``Llama`` starts from ``llama_model_default_params()`` and takes no argument for the
+    weight layouts; where the library has AMX those layouts crash (SIGILL), so the node
+    leaves them out (``llama_engine.model_params``) and the bare loop must do the same
+    to run at all, and to run the kernels the node runs.
+    """
+    from llama_cpp import llama_cpp as lib
+    from timebill_ros.runtime.llama_engine import model_params
+    params, default = model_params(lib), lib.llama_model_default_params
+    lib.llama_model_default_params = lambda: params
+    try:
+        yield params
+    finally:
+        lib.llama_model_default_params = default
+
+
 def llama_loop(weight_format: str):
     """Return a bare-loop function on llama-cpp-python's own Llama for one GGUF format."""
     from llama_cpp import Llama
     from timebill_ros.runtime.llama_engine import gguf_variant
     from timebill_ros.runtime.model import cache_root, embedded_gguf
-    llm = Llama(str(gguf_variant(embedded_gguf(), weight_format, cache_root())), n_ctx=2048,
-                n_threads=os.cpu_count(), verbose=False)
+    with node_model_params():
+        llm = Llama(str(gguf_variant(embedded_gguf(), weight_format, cache_root())),
+                    n_ctx=2048, n_threads=os.cpu_count(), verbose=False)
     return lambda _loaded, ids, max_new: bare_llama_loop(llm, ids, max_new)
 
 

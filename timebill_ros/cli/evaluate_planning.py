@@ -39,6 +39,9 @@ import sys
 import time
 
 from timebill_ros.cli import common
+from timebill_ros.cli.evaluate_tables import (
+    cross_markdown, gap_points, markdown, pooled, pooled_markdown, pooled_profiles,
+    profiles_markdown, repeatability, within_spread)
 from timebill_ros.core.cut_kinds import handover_of
 from timebill_ros.core.length import observed_distribution
 from timebill_ros.core.config import NodeConfig
@@ -507,7 +510,7 @@ def evaluate(report: dict, policy: dict | None = None,
             tiers[tier] = rows
         out[machine.name] = {'source': machine.source, 'tiers': tiers}
     traced = out[TRACED]['tiers']
-    return {'machines': out, 'gap_points': _gap(report, traced),
+    return {'machines': out, 'gap_points': gap_points(report, traced),
             'within_2_sd': within_spread(report, traced),
             'policy': {**policy, 'predictor_share': share, 'idle_best_effort': best_effort,
                        'text_head': text_head, 'text_head_s': text_head_s}}
@@ -535,181 +538,29 @@ def _count(names) -> dict:
     return counts
 
 
-def _gap(report: dict, predicted: dict) -> dict:
-    """Return {tier: {strategy: predicted - measured met rate, in points}}."""
-    gaps = {}
-    for tier, rows in report['table'].items():
-        gaps[tier] = {s: 100.0 * (predicted[tier][s]['met'] - row['met']) / row['goals']
-                      for s, row in rows.items()}
-    return gaps
+def restricted(report: dict, items: set) -> dict:
+    """Return a run's report with only the goals of ``items`` (traces, records, count)."""
+    return {**report, 'items': len(items),
+            'traces': [t for t in report['traces'] if t['item'] in items],
+            'records': [r for r in report['records'] if r['item'] in items]}
 
 
-def within_spread(report: dict, predicted: dict, sds: float = 2.0) -> tuple:
-    """Return (cells whose measured count lies within ``sds`` of the replay's sd, cells).
+def cross_check(report: dict, target: dict, profile: str, policy: dict) -> dict:
+    """Return a run's replay on ``profile`` against ``target``, run on that machine.
 
-    A cell also counts when its expected count is within half a goal of the measured
-    one, so a cell replayed with no spread (every goal surely met or surely missed)
-    counts only then.
+    ``report``'s traces, restricted to the items ``target`` ran, are replayed on the
+    profile; ``target``'s met counts through the node there are what it should predict.
+    The profile must not come from ``target`` itself (it would be fitted on what it
+    predicts).
     """
-    inside = cells = 0
-    for tier, rows in report['table'].items():
-        for strategy, row in rows.items():
-            expected = predicted[tier][strategy]
-            off = abs(expected['met'] - row['met'])
-            cells += 1
-            inside += off <= sds * expected['sd'] or off < 0.5
-    return inside, cells
-
-
-def pooled(runs: list) -> dict:
-    """Return the evaluator against the node with the runs' goals pooled, per tier and strategy.
-
-    ``runs``: (bench report, its evaluation) pairs. At 16-20 goals a cell's count moves by
-    a goal or two between reruns of one command, more than 5 points; pooled over runs, a
-    cell's spread shrinks with the square root of its goals. Per cell: the replay's
-    expected met and its sd, the node's met, the goals and the gap in points.
-    """
-    cells: dict = {}
-    for report, evaluation in runs:
-        traced = evaluation['machines'][TRACED]['tiers']
-        for tier, rows in report['table'].items():
-            for strategy, row in rows.items():
-                cell = cells.setdefault(tier, {}).setdefault(
-                    strategy, {'expected': 0.0, 'var': 0.0, 'met': 0, 'goals': 0})
-                cell['expected'] += traced[tier][strategy]['met']
-                cell['var'] += traced[tier][strategy]['sd'] ** 2
-                cell['met'] += row['met']
-                cell['goals'] += row['goals']
-    for rows in cells.values():
-        for cell in rows.values():
-            cell['sd'] = math.sqrt(cell.pop('var'))
-            cell['gap_points'] = 100.0 * (cell['expected'] - cell['met']) / cell['goals']
-    return cells
-
-
-def pooled_profiles(evaluations: list) -> dict:
-    """Return {machine: {tier: {strategy: {'met', 'goals', 'f1_met'}}}} summed over runs.
-
-    What the replay expects on each machine profile of all the runs' goals together;
-    ``f1_met`` is met-weighted, as each run's.
-    """
-    sums: dict = {}
-    for evaluation in evaluations:
-        for name, result in evaluation['machines'].items():
-            for tier, rows in result['tiers'].items():
-                for strategy, row in rows.items():
-                    cell = sums.setdefault(name, {}).setdefault(tier, {}).setdefault(
-                        strategy, {'met': 0.0, 'goals': 0, 'f1_sum': 0.0})
-                    cell['met'] += row['met']
-                    cell['goals'] += row['goals']
-                    cell['f1_sum'] += row['met'] * row['f1_met']
-    for tiers in sums.values():
-        for rows in tiers.values():
-            for cell in rows.values():
-                f1_sum = cell.pop('f1_sum')
-                cell['f1_met'] = f1_sum / cell['met'] if cell['met'] else 0.0
-    return sums
-
-
-def profiles_markdown(strategies: list, sums: dict) -> str:
-    """Return the pooled replay per machine profile: met (F1) and whether AUTO >= each."""
-    lines = ['## Every profile, the runs pooled', '',
-             'Cells: expected met / goals (token-F1 of met answers to float32\'s).', '']
-    for name, tiers in sums.items():
-        lines += [f'### {name}', '', '| tier | ' + ' | '.join(strategies) +
-                  ' | AUTO >= every fixed? |', '|---' * (len(strategies) + 2) + '|']
-        for tier, rows in tiers.items():
-            best = max(rows[s]['met'] for s in strategies if s != 'AUTO')
-            lines.append(f'| {tier} | ' + ' | '.join(
-                f"{rows[s]['met']:.1f}/{rows[s]['goals']} ({rows[s]['f1_met']:.2f})"
-                for s in strategies) + ' | ' + ('yes' if rows['AUTO']['met'] >= best - 0.05
-                                                else f"NO ({rows['AUTO']['met'] - best:+.1f})")
-                + ' |')
-        lines.append('')
-    return '\n'.join(lines)
-
-
-def pooled_markdown(reports: list, cells: dict, command: str) -> str:
-    """Return the pooled comparison as a table, with the runs it pools."""
-    gaps = [abs(c['gap_points']) for rows in cells.values() for c in rows.values()]
-    inside = sum(g <= 5.0 for g in gaps)
-    strategies = reports[0]['strategies']
-    lines = [f'# The evaluator against the node, {len(reports)} runs pooled', '',
-             f"Command: `{command}` ({common.machine()}, {time.strftime('%Y-%m-%d')}). "
-             'Runs (commit, items): ' + ', '.join(
-                 f"{r['commit']} ({r['items']})" for r in reports) + '. AUTO in each run is '
-             "the planner of that run's commit; the replay is today's.", '',
-             f'Gap of the replay to the node over {len(gaps)} tier x strategy cells: '
-             f'{max(gaps):.1f} points at worst, {statistics.fmean(gaps):.1f} mean; within 5 '
-             f'points in {inside} of {len(gaps)}.', '',
-             'Cells: node met / replay expected (gap in points, replay sd in goals).', '',
-             '| tier | goals | ' + ' | '.join(strategies) + ' |',
-             '|---' * (len(strategies) + 2) + '|']
-    for tier, rows in cells.items():
-        lines.append(f"| {tier} | {rows[strategies[0]]['goals']} | " + ' | '.join(
-            f"{rows[s]['met']} / {rows[s]['expected']:.1f} ({rows[s]['gap_points']:+.1f}, "
-            f"{rows[s]['sd']:.1f})" for s in strategies) + ' |')
-    return '\n'.join(lines)
-
-
-def repeatability(reports: list) -> dict | None:
-    """Return how far the node's own runs of the same items disagree (None: no two such).
-
-    The fixed choices run the same way in every run, so the spread of their met rate at
-    a tier between runs is the node's repeatability: an evaluator cannot be held closer
-    to one run than the runs are to each other. Returns the largest and mean spread in
-    points over tier x fixed-choice cells, and the cells.
-    """
-    by_items: dict = {}
-    for report in reports:
-        items = tuple(sorted({t['item'] for t in report['traces']}))
-        by_items.setdefault(items, []).append(report)
-    runs = max(by_items.values(), key=len)
-    if len(runs) < 2:
-        return None
-    spreads = {}
-    for tier in runs[0]['table']:
-        for strategy in runs[0]['table'][tier]:
-            if strategy == 'AUTO' or any(strategy not in r['table'].get(tier, {})
-                                         for r in runs):
-                continue
-            rates = [100.0 * r['table'][tier][strategy]['met'] / r['table'][tier][strategy]
-                     ['goals'] for r in runs]
-            spreads[f'{tier} {strategy}'] = max(rates) - min(rates)
-    values = list(spreads.values())
-    return {'runs': [r['commit'] for r in runs], 'max_points': max(values),
-            'mean_points': statistics.fmean(values), 'cells': spreads}
-
-
-def markdown(report: dict, evaluation: dict) -> str:
-    """Return the evaluation's tables: per machine, met and F1 per tier and strategy."""
-    strategies = report['strategies']
-    lines = [f"# Planning policies replayed on machine profiles ({report['date']})", '',
-             f"`python -m timebill_ros.cli.evaluate_planning` over the traces of "
-             f"`{report['command']}` (commit {report['commit']}, {report['machine']}, "
-             f"{report['items']} held-out items). Cells: met/goals (token-F1 of met answers "
-             'to float32\'s).', '']
-    gaps = [abs(g) for rows in evaluation['gap_points'].values() for g in rows.values()]
-    inside, cells = evaluation['within_2_sd']
-    lines += [f"Evaluator vs the node on the traced machine: largest gap "
-              f"{max(gaps):.1f} points of met rate over {len(gaps)} tier x strategy cells "
-              f"(mean {statistics.fmean(gaps):.1f}). The node's count lies within two "
-              f"standard deviations of the replay's own spread (each goal met with its "
-              f"share of reruns; or within half a goal of it) in {inside} "
-              f"of {cells} cells.", '']
-    for name, result in evaluation['machines'].items():
-        lines += [f'## {name}', '', f"Figures: {result['source']}.", '',
-                  '| tier | ' + ' | '.join(strategies) + ' | AUTO >= every fixed? |',
-                  '|---' * (len(strategies) + 2) + '|']
-        for tier in report['tiers']:
-            rows = result['tiers'][tier]
-            best = max(rows[s]['met'] for s in strategies if s != 'AUTO')
-            cells = [f"{rows[s]['met']:.1f}/{rows[s]['goals']} ({rows[s]['f1_met']:.2f})"
-                     for s in strategies]
-            lines.append(f'| {tier} | ' + ' | '.join(cells) +
-                         f" | {'yes' if rows['AUTO']['met'] >= best - 0.05 else 'NO'} |")
-        lines.append('')
-    return '\n'.join(lines)
+    items = {t['item'] for t in target['traces']}
+    missing = items - {t['item'] for t in report['traces']}
+    if missing:
+        raise SystemExit(f'--against: the runs lack {len(missing)} of its items')
+    evaluation = evaluate(restricted(report, items), policy)
+    tiers = evaluation['machines'][profile]['tiers']
+    return {'profile': profile, 'tiers': tiers, 'gap_points': gap_points(target, tiers),
+            'within_2_sd': within_spread(target, tiers)}
 
 
 def planner_overrides(pairs: list) -> dict:
@@ -743,6 +594,11 @@ def main(argv=None) -> int:
     parser.add_argument('--set', action='append', default=[], metavar='NAME=VALUE',
                         help="replay AUTO with a planner parameter changed (e.g. "
                              "'fit_tolerance=0'; repeatable)")
+    parser.add_argument('--against', metavar='RUN',
+                        help="a bench_engines run on another machine: replay the runs' "
+                             'traces of its items on --profile and compare with its counts')
+    parser.add_argument('--profile', default='intel-xeon-2c',
+                        help='the machine profile --against ran on (default intel-xeon-2c)')
     args = parser.parse_args(argv)
     out = common.claim_out(args.out, 'evaluate_planning')
     policy = {'idle_best_effort': False} if args.no_idle_best_effort else {}
@@ -751,6 +607,15 @@ def main(argv=None) -> int:
         policy['text_head'] = False
     command = 'python -m timebill_ros.cli.evaluate_planning ' + ' '.join(argv or sys.argv[1:])
     reports = [json.loads((Path(run) / 'bench.json').read_text()) for run in args.runs]
+    if args.against:
+        target = json.loads((Path(args.against) / 'bench.json').read_text())
+        checks = [(Path(run).name, cross_check(report, target, args.profile, dict(policy)))
+                  for run, report in zip(args.runs, reports)]
+        (out / 'cross_check.json').write_text(json.dumps(dict(checks), indent=1) + '\n')
+        text = cross_markdown(target, checks, command)
+        (out / 'CROSS_CHECK.md').write_text(text + '\n', encoding='utf-8')
+        print(text)
+        return 0
     spread = repeatability(reports)
     if spread is not None:
         text = (f"The node's own repeatability over runs {', '.join(spread['runs'])} (same "
@@ -774,7 +639,7 @@ def main(argv=None) -> int:
         (target / 'EVALUATION.md').write_text(text + '\n', encoding='utf-8')
         print(text)
     if len(reports) > 1:
-        cells = pooled(list(zip(reports, evaluations)))
+        cells = pooled(list(zip(reports, evaluations)), TRACED)
         (out / 'pooled.json').write_text(json.dumps(cells, indent=1) + '\n')
         sums = pooled_profiles(evaluations)
         (out / 'pooled_profiles.json').write_text(json.dumps(sums, indent=1) + '\n')
