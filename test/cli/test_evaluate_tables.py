@@ -68,3 +68,8 @@ def test_every_profile_is_pooled_over_the_runs_with_auto_against_the_best_fixed(
     assert auto['f1_met'] == pytest.approx((8 * 0.5 + 2 * 1.0) / 10)  # met-weighted
     assert '| 1x | 10.0/20 (0.60) | 11.0/20 (1.00) | NO (-1.0) |' in tables.profiles_markdown(
         ['AUTO', 'float32'], sums)
+
+
+def test_a_gap_summary_gives_the_worst_the_mean_and_the_cells_within_5_points():
+    assert tables.gap_summary([1.0, -0.0, 9.0, 5.0]) == \
+        '9.0 points at worst, 3.8 mean; within 5 points in 3 of 4'

@@ -108,10 +108,15 @@ def profiles_markdown(strategies: list, sums: dict) -> str:
     return '\n'.join(lines)
 
 
+def gap_summary(gaps: list) -> str:
+    """Return 'W points at worst, M mean; within 5 points in K of N' of cell gaps (points)."""
+    return (f'{max(gaps):.1f} points at worst, {statistics.fmean(gaps):.1f} mean; within 5 '
+            f'points in {sum(g <= 5.0 for g in gaps)} of {len(gaps)}')
+
+
 def pooled_markdown(reports: list, cells: dict, command: str) -> str:
     """Return the pooled comparison as a table, with the runs it pools."""
     gaps = [abs(c['gap_points']) for rows in cells.values() for c in rows.values()]
-    inside = sum(g <= 5.0 for g in gaps)
     strategies = reports[0]['strategies']
     lines = [f'# The evaluator against the node, {len(reports)} runs pooled', '',
              f"Command: `{command}` ({common.machine()}, {time.strftime('%Y-%m-%d')}). "
@@ -119,8 +124,7 @@ def pooled_markdown(reports: list, cells: dict, command: str) -> str:
                  f"{r['commit']} ({r['items']})" for r in reports) + '. AUTO in each run is '
              "the planner of that run's commit; the replay is today's.", '',
              f'Gap of the replay to the node over {len(gaps)} tier x strategy cells: '
-             f'{max(gaps):.1f} points at worst, {statistics.fmean(gaps):.1f} mean; within 5 '
-             f'points in {inside} of {len(gaps)}.', '',
+             f'{gap_summary(gaps)}.', '',
              'Cells: node met / replay expected (gap in points, replay sd in goals).', '',
              '| tier | goals | ' + ' | '.join(strategies) + ' |',
              '|---' * (len(strategies) + 2) + '|']
@@ -202,9 +206,7 @@ def cross_markdown(target: dict, checks: list, command: str) -> str:
         gaps = [abs(g) for rows in check['gap_points'].values() for g in rows.values()]
         inside, cells = check['within_2_sd']
         lines += [f"## `{name}` replayed on `{check['profile']}`", '',
-                  f'Gap to the node: {max(gaps):.1f} points at worst, '
-                  f'{statistics.fmean(gaps):.1f} mean; within 5 points in '
-                  f'{sum(g <= 5.0 for g in gaps)} of {len(gaps)}; within two sd of the '
+                  f'Gap to the node: {gap_summary(gaps)}; within two sd of the '
                   f"replay's spread in {inside} of {cells}.", '',
                   'Cells: node met / replay expected (gap in points).', '',
                   '| tier | ' + ' | '.join(strategies) + ' |',
