@@ -69,7 +69,7 @@ def test_machine_profiles_scale_the_traces_and_drop_what_a_machine_cannot_run():
     assert intel['1x']['float32']['met'] == 2  # 1x is float32's own time there
     text = ev.markdown(report(), evaluation)
     assert '## jetson-orin-nano' in text and 'published' in text
-    assert 'measured through the node: run 21' in text
+    assert 'measured through the node: runs 21 and 23' in text
 
 
 def slower(factor):
@@ -106,6 +106,24 @@ def test_a_machine_measured_through_the_node_scales_each_option_as_its_run_there
     # Mixed factors: a hand-over prefills as its first option and decodes as its second.
     mixed = ev.Machine('m', '', {'llama.cpp-f16': (0.5, 3.0), 'llama.cpp-q4_1': (2.0, 1.5)})
     assert mixed.factor('llama.cpp-f16>llama.cpp-q4_1') == (0.5, 1.5)
+
+
+def test_a_machine_measured_in_several_runs_averages_their_seconds(tmp_path):
+    # One run there twice as slow, one four times: the profile is their mean, 3x.
+    import json
+    folders = []
+    for factor in (2.0, 4.0):
+        folder = tmp_path / f'slow_{factor:g}'
+        folder.mkdir()
+        (folder / 'bench.json').write_text(json.dumps(slower(factor)))
+        folders.append(str(folder))
+    here = ev.Replay(report())
+    machine = ev.measured_machine('slow', [ev.Replay(slower(2.0)), ev.Replay(slower(4.0))],
+                                  here, 'two test runs')
+    assert machine.factor('llama.cpp-q4_1') == pytest.approx((3.0, 3.0))
+    profiles = {m.name: m for m in ev.machines(here, {'slow': (folders, 'two test runs')})}
+    assert profiles['slow'].factor('float32') == pytest.approx((3.0, 3.0))
+    assert folders[1] in profiles['slow'].source
 
 
 def test_reruns_jitter_turns_a_time_into_a_share_of_runs_that_meet():

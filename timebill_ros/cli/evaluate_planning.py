@@ -17,9 +17,9 @@ tier against a machine profile, in the spirit of Vidur's simulator for LLM servi
 Machine profiles scale each option's prefill and decode relative to the machine the
 traces came from. ``traced`` is that machine (factor 1): its predicted met counts are
 checked against the ones measured through the node (the report gives the gap per tier
-in points). ``amd-epyc-2c`` and ``intel-xeon-2c`` are measured: a bench_engines run on
-each (MEASURED) gives each option's seconds there for this run's prompt and answer
-lengths. ``jetson-orin-nano`` is from published figures and assumptions (its source
+in points). ``amd-epyc-2c`` and ``intel-xeon-2c`` are measured: bench_engines runs on
+each (MEASURED, averaged) give each option's seconds there for this run's prompt and
+answer lengths. ``jetson-orin-nano`` is from published figures and assumptions (its source
 says which). A tier relative to float32's time is relative to float32's time on the
 profile's machine. Writes evaluation.json and EVALUATION.md per run into a new folder
 (runs are never overwritten).
@@ -77,35 +77,44 @@ class Machine:
 
 
 TRACED = 'traced'  # the profile of the machine the traces came from (factor 1)
-# Machines measured through the node: a bench_engines run on each (its per-option step and
-# prefill times, as calibrated at its start and corrected by its traces' drift).
+# Machines measured through the node: bench_engines runs on each (their per-option step
+# and prefill times, as calibrated at their start and corrected by their traces' drift),
+# pooled: one run carries its VM's mood of the day (run 21's Q4_1 steps were 18 ms, runs
+# 22 and 23 on the same kind 12 and 14 ms). Run 22 is left out of Intel's: it is the
+# cross-check no profile was fitted on (results/engines/cross_xeon_seed17).
 MEASURED = {
-    'amd-epyc-2c': ('results/engines/robot_20_fresh_seed17', 'run 20, 2-core AMD EPYC VM'),
-    'intel-xeon-2c': ('results/engines/robot_10_xeon_seed19',
-                      'run 21, 2-core Intel Xeon (Sapphire Rapids, AMX) VM'),
+    'amd-epyc-2c': (('results/engines/robot_20_fresh_seed17',),
+                    'run 20, 2-core AMD EPYC VM'),
+    'intel-xeon-2c': (('results/engines/robot_10_xeon_seed19',
+                       'results/engines/robot_10_xeon_seed23'),
+                      'runs 21 and 23, 2-core Intel Xeon (Sapphire Rapids, AMX) VM'),
 }
 
 
-def measured_machine(name: str, there: 'Replay', here: 'Replay', source: str) -> Machine:
-    """Return a profile from a run measured on another machine (``there``).
+def measured_machine(name: str, there, here: 'Replay', source: str) -> Machine:
+    """Return a profile from runs measured on another machine (``there``: Replays).
 
     Per option, its seconds there over its seconds here for the traced run's own prompt
     and answer lengths (float32's loose answers): each run's calibrated profile times what
-    its traces drifted from it. Options not traced there are left out (unavailable).
+    its traces drifted from it, the runs there averaged. Options not traced in every run
+    there are left out (unavailable).
     """
+    there = [there] if isinstance(there, Replay) else list(there)
     shapes = [(t['prompt_tokens'], t['tokens']) for (_, s), t in here.raw.items()
               if s == 'float32']
+
+    def seconds(run: 'Replay', option: str) -> tuple:
+        model, drift = run.models[option], run.drift.get(option, (1.0, 1.0))
+        return (sum(model.prefill(n) for n, _ in shapes) * drift[0],
+                sum(model.decode(n, k) for n, k in shapes) * drift[1])
     factors = {}
-    for option, model in here.models.items():
-        if option not in there.models:
+    for option in here.models:
+        if not all(option in run.models for run in there):
             continue
-        far, far_drift = there.models[option], there.drift.get(option, (1.0, 1.0))
-        near_drift = here.drift.get(option, (1.0, 1.0))
-        prefill = sum(far.prefill(n) for n, _ in shapes) * far_drift[0] / (
-            sum(model.prefill(n) for n, _ in shapes) * near_drift[0])
-        decode = sum(far.decode(n, k) for n, k in shapes) * far_drift[1] / (
-            sum(model.decode(n, k) for n, k in shapes) * near_drift[1])
-        factors[option] = (prefill, decode)
+        near = seconds(here, option)
+        far = [seconds(run, option) for run in there]
+        factors[option] = tuple(statistics.fmean(f[i] for f in far) / near[i]
+                                for i in (0, 1))
     missing = tuple(o for o in here.models if o not in factors)
     return Machine(name, f'measured through the node: {source}', factors, missing)
 
@@ -113,7 +122,7 @@ def measured_machine(name: str, there: 'Replay', here: 'Replay', source: str) ->
 def machines(replay: 'Replay', measured: dict | None = None) -> list:
     """Return the machine profiles a run is replayed on.
 
-    ``measured``: name -> (bench_engines folder, what it is) of machines measured through
+    ``measured``: name -> (bench_engines folders, what they are) of machines measured through
     the node (default MEASURED, the shipped runs); the traced machine itself first.
     """
     traced_steps = replay.steps
@@ -127,9 +136,12 @@ def machines(replay: 'Replay', measured: dict | None = None) -> list:
             **{o: (0.05, decode_to(o, orin_step)) for o in llama}}
     profiles = [Machine(TRACED, f"the traced machine ({replay.report['machine']}; measured "
                         'through the node)', {})]
-    for name, (folder, source) in (MEASURED if measured is None else measured).items():
-        there = Replay(json.loads((common.ROOT / folder / 'bench.json').read_text()))
-        profiles.append(measured_machine(name, there, replay, f'{source}, `{folder}`'))
+    for name, (folders, source) in (MEASURED if measured is None else measured).items():
+        folders = (folders,) if isinstance(folders, str) else tuple(folders)
+        there = [Replay(json.loads((common.ROOT / f / 'bench.json').read_text()))
+                 for f in folders]
+        where = ', '.join(f'`{f}`' for f in folders)
+        profiles.append(measured_machine(name, there, replay, f'{source}, {where}'))
     return profiles + [
         Machine('jetson-orin-nano', 'published: llama.cpp CUDA SmolLM2-135M 165.2 tok/s '
                 '(smolhub.com, Orin Nano Super 8GB, 25 W, 2026-06); assumed: torch eager '
