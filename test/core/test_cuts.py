@@ -2,7 +2,8 @@
 
 import pytest
 
-from timebill_ros.core.cuts import CutEffect, CutEffects, FULL, length_factor, SHIPPED
+from timebill_ros.core.cuts import (
+    CutEffect, CutEffects, FULL, length_factor, length_ratios, SHIPPED)
 
 
 def test_eviction_effect_is_interpolated_from_the_full_model():
@@ -49,3 +50,17 @@ def test_length_factor():
 def test_the_shipped_table_loads():
     effects = CutEffects.load(SHIPPED)
     assert 'int8-dynamic' in effects.precision and effects.eviction_ratios
+
+
+def test_a_measured_length_spread_gives_the_full_lengths_that_fit():
+    effect = CutEffect(1.0, 0.8, (0.5, 1.0, 2.0))
+    assert effect.full_lengths_within(40) == (80.0, 40.0, 20.0)
+    assert CutEffect(2.0, 0.8).full_lengths_within(40) == (20.0,)  # the factor alone
+    effects = CutEffects(precision={'llama.cpp-q4_1': effect}, source='test')
+    assert CutEffects.from_dict(effects.to_dict()) == effects
+    with pytest.raises(ValueError):
+        CutEffect(1.0, 0.8, (2.0, 1.0))  # not increasing
+    with pytest.raises(ValueError):
+        CutEffect(1.0, 0.8, (0.0, 1.0))
+    assert length_ratios([10, 10, 10, 40], [5, 10, 20, 40], count=0) == pytest.approx(
+        (0.65, 1.0, 1.7))

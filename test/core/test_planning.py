@@ -670,3 +670,25 @@ def test_an_option_that_fits_the_cap_beats_one_that_fits_only_the_plan():
     assert choose([f16, q4_1], replace(settings, choice_quantile=0.5)) is f16
     with pytest.raises(ValueError, match='choice_quantile'):
         replace(settings, choice_quantile=1.5)
+
+
+def test_where_only_a_short_answer_fits_the_option_whose_answers_run_short_more_often_wins():
+    # Two engines alike in speed, mean length factor and fidelity: Q4_1's answers
+    # scatter around the full model's (a third as long to three times as long), F16's
+    # keep its length. Predicted 40 tokens, true 40-120 (Calibrated): where 30 tokens
+    # fit only a scattered answer can meet the deadline; where 130 fit both are sure.
+    q4 = 'llama.cpp-q4_1'
+    scattered = (0.33, 0.4, 0.5, 0.6, 0.8, 1.0, 1.2, 1.5, 2.0, 3.0)
+    effects = CutEffects(precision={ENGINE: CutEffect(1.0, 0.9),
+                                    q4: CutEffect(1.0, 0.9, scattered)})
+    planner = make_planner(lambda: MODEL, Calibrated(40), effects=effects,
+                           engines={ENGINE: lambda: LLAMA, q4: lambda: LLAMA})
+    tight = planner.plan(req(Mode.AUTO, max_new=400), 40, LLAMA.wcet(40, 0.0, 30))
+    assert tight.precision == q4 and tight.fit_probability == pytest.approx(0.145, abs=0.01)
+    roomy = planner.plan(req(Mode.AUTO, max_new=400), 40, LLAMA.wcet(40, 0.0, 130))
+    assert roomy.fit_probability == 1.0
+    # Unmeasured ratios plan as before, on the mean factor alone: no 30-token answer.
+    alone = make_planner(lambda: MODEL, Calibrated(40), effects=CutEffects(
+        precision={ENGINE: CutEffect(1.0, 0.9)}), engines={ENGINE: lambda: LLAMA})
+    with pytest.raises(Rejection, match='P\\(answer <= 30 tokens\\) = 0.0%'):
+        alone.plan(req(Mode.AUTO, max_new=400), 40, LLAMA.wcet(40, 0.0, 30))

@@ -51,8 +51,8 @@ class _Log:
     warning = error = info
 
 
-def main(argv=None) -> int:
-    """Run the measurement and write the table and the report."""
+def _arguments(argv) -> argparse.Namespace:
+    """Parse the command line; name the table and report (a new run folder by default)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--model', default='embedded')
     parser.add_argument('--press', default='snapkv')
@@ -74,6 +74,9 @@ def main(argv=None) -> int:
     parser.add_argument('--limit', type=int, default=0, help='first N train items (0: all)')
     parser.add_argument('--every', type=int, default=1,
                         help='use every N-th train item (a spread over all kinds)')
+    parser.add_argument('--rows', default=None, metavar='REPORT_JSON',
+                        help="build the table from an earlier run's measured answers (its "
+                        'report .json) instead of answering again; the cut options are ignored')
     parser.add_argument('--out', default=None, help='effects JSON (default: see --ship)')
     parser.add_argument('--report', default=None, help='report stem (default: in the run folder)')
     parser.add_argument('--ship', action='store_true',
@@ -83,20 +86,36 @@ def main(argv=None) -> int:
     run = None if args.out and args.report else common.run_dir('cut_effects')
     args.out = args.out or str(SHIPPED if args.ship else run / 'cut_effects.json')
     args.report = args.report or str(run / 'cut_effects')
+    return args
 
+
+def _cuts(args, options) -> dict:
+    """Return {name: Plan} of the cuts to answer under."""
     from timebill_ros.core.cut_kinds import handover_name
-    from timebill_ros.core.cuts import CutEffect, CutEffects, length_factor
-    from timebill_ros.core.eviction import press_skip_reason
     from timebill_ros.core.planning import Plan
     from timebill_ros.core.request import Mode
+    cuts = {low: Plan(precision=low) for low in (*args.precisions, *options)}
+    # Each engine prefilling for each listed after it, the KV handed over (EngineHandOver).
+    handovers = {handover_name(a, b): Plan(precision=b, prefill_precision=a)
+                 for i, a in enumerate(options) for b in list(options)[i + 1:]}
+    cuts.update(handovers)
+    cuts.update({f'{low}-prefill': Plan(precision=low, prefill_precision=low)
+                 for low in args.precisions if low in SIXTEEN_BIT})
+    for alpha in args.alphas:
+        cuts[f'evict {alpha:g}'] = Plan(mode=Mode.EVICTION, eviction_ratio=alpha,
+                                        press=args.press)
+    return cuts
+
+
+def _measure(args, loaded) -> list:
+    """Answer every train item with the full model and under each cut; return the rows."""
+    from timebill_ros.core.eviction import press_skip_reason
+    from timebill_ros.core.planning import Plan
     from timebill_ros.evaluation import robot_workload
     from timebill_ros.evaluation.metrics import rouge_l
     from timebill_ros.runtime.engine import Engine
-    from timebill_ros.runtime.model import load_model, precision_variant, prompt_ids
+    from timebill_ros.runtime.model import precision_variant, prompt_ids
     from timebill_ros.runtime.presses import press_for_plan
-
-    started = time.monotonic()
-    loaded = load_model(args.model)
     engine = Engine(loaded, press_for_plan, decode_threads=1, variants={
         low: precision_variant(loaded, low) for low in args.precisions})
     options = {}
@@ -113,16 +132,7 @@ def main(argv=None) -> int:
     items = robot_workload.load('train')[::max(1, args.every)]
     if args.limit:
         items = items[:args.limit]
-    cuts = {low: Plan(precision=low) for low in (*args.precisions, *options)}
-    # Each engine prefilling for each listed after it, the KV handed over (EngineHandOver).
-    handovers = {handover_name(a, b): Plan(precision=b, prefill_precision=a)
-                 for i, a in enumerate(options) for b in list(options)[i + 1:]}
-    cuts.update(handovers)
-    cuts.update({f'{low}-prefill': Plan(precision=low, prefill_precision=low)
-                 for low in args.precisions if low in SIXTEEN_BIT})
-    for alpha in args.alphas:
-        cuts[f'evict {alpha:g}'] = Plan(mode=Mode.EVICTION, eviction_ratio=alpha,
-                                        press=args.press)
+    cuts = _cuts(args, options)
     rows = []
     for number, item in enumerate(items, 1):
         ids = prompt_ids(loaded.tokenizer, item.instruction, item.context)
@@ -141,30 +151,43 @@ def main(argv=None) -> int:
         print(f'[{number}/{len(items)}] {item.id} full {tokens} tokens; ' + ', '.join(
             f"{k} {v['tokens']}" for k, v in row.items() if isinstance(v, dict)
             and k != 'full'), flush=True)
+    return rows
 
+
+def _summary(rows: list) -> dict:
+    """Return {cut: items, length factor and ratios, fidelity, task scores} over ``rows``."""
+    from timebill_ros.core.cuts import length_factor, length_ratios
+    names = list(dict.fromkeys(k for row in rows for k, v in row.items()
+                               if isinstance(v, dict) and k != 'full'))
     summary = {}
-    for name in cuts:
+    for name in names:
         ran = [r for r in rows if name in r]
-        if not ran:
-            continue
         scored = [r for r in ran if r['full']['score'] is not None]
+        full, cut = [r['full']['tokens'] for r in ran], [r[name]['tokens'] for r in ran]
         summary[name] = {
             'items': len(ran),
-            'length_factor': length_factor([r['full']['tokens'] for r in ran],
-                                           [r[name]['tokens'] for r in ran]),
+            'length_factor': length_factor(full, cut),
+            'length_ratios': list(length_ratios(full, cut)),
+            'ratio_10_50_90': list(length_ratios(full, cut, count=0)),
             'quality': float(np.mean([r[name]['fidelity'] for r in ran])),
             'task_score_cut': float(np.mean([r[name]['score'] for r in scored]))
             if scored else None,
             'task_score_full': float(np.mean([r['full']['score'] for r in scored]))
             if scored else None}
-    evictions = [(a, summary[f'evict {a:g}']) for a in sorted(args.alphas)
-                 if f'evict {a:g}' in summary]
-    source = (f'measure_cuts on {len(rows)} robot train items, model {loaded.name}, '
-              f'press {args.press}, {time.strftime("%Y-%m-%d")}')
-    precision = {low: CutEffect(summary[low]['length_factor'], min(1.0, summary[low]['quality']))
-                 for low in (*args.precisions, *options, *handovers,
-                             *(f'{p}-prefill' for p in SIXTEEN_BIT))
-                 if low in summary}
+    return summary
+
+
+def _table(args, summary: dict, source: str):
+    """Return the CutEffects of ``summary`` (merged into --out's with --merge)."""
+    from timebill_ros.core.cuts import CutEffect, CutEffects
+
+    def effect(s: dict) -> CutEffect:
+        return CutEffect(s['length_factor'], min(1.0, s['quality']),
+                         tuple(s.get('length_ratios', ())))
+    evictions = sorted((float(name.split()[1]), s) for name, s in summary.items()
+                       if name.startswith('evict '))
+    precision = {name: effect(s) for name, s in summary.items()
+                 if not name.startswith('evict ')}
     ratios = tuple(a for a, _ in evictions)
     eviction = tuple(CutEffect(s['length_factor'], min(1.0, s['quality']))
                      for _, s in evictions)
@@ -174,31 +197,61 @@ def main(argv=None) -> int:
         if not evictions:
             ratios, eviction = old.eviction_ratios, old.eviction
         source = f'{old.source}; {", ".join(summary)}: {source}'
-    effects = CutEffects(eviction_ratios=ratios, eviction=eviction, precision=precision,
-                         source=source)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)  # a new run folder
-    effects.save(Path(args.out))
-    minutes = (time.monotonic() - started) / 60.0
+    return CutEffects(eviction_ratios=ratios, eviction=eviction, precision=precision,
+                      source=source)
+
+
+def _report(args, summary: dict, rows: list, source: str, minutes: float) -> list:
+    """Write the report (.json with every row, .md with the table); return its lines."""
     report = Path(args.report)
     report.parent.mkdir(parents=True, exist_ok=True)
     report.with_suffix('.json').write_text(json.dumps(
-        {'summary': summary, 'rows': rows, 'minutes': minutes, 'argv': sys.argv[1:]},
-        indent=1) + '\n', encoding='utf-8')
+        {'summary': summary, 'rows': rows, 'minutes': minutes, 'argv': sys.argv[1:],
+         'source': source}, indent=1) + '\n', encoding='utf-8')
     lines = [f'# Effect of each quality cut on the answers ({time.strftime("%Y-%m-%d")})', '',
              f'`python -m timebill_ros.cli.measure_cuts {" ".join(sys.argv[1:])}` on '
              f'{platform.node()} {platform.machine()}, {minutes:.1f} min; {source}.', '',
              'Length factor: sum of answer tokens under the cut / under the full model (items '
-             'where the cut can run). Fidelity: mean ROUGE-L against the full model\'s answer. '
-             'Task score: exact/number/JSON/choice match on items with a reference.', '',
-             '| cut | items | length factor | fidelity | task score cut | task score full |',
-             '|---|---|---|---|---|---|']
+             'where the cut can run); ratio 10 % / 50 % / 90 %: quantiles of one answer\'s '
+             'length under the cut over the full model\'s. Fidelity: mean ROUGE-L against the '
+             'full model\'s answer. Task score: exact/number/JSON/choice match on items with '
+             'a reference.', '',
+             '| cut | items | length factor | ratio 10 % / 50 % / 90 % | fidelity | '
+             'task score cut | task score full |',
+             '|---|---|---|---|---|---|---|']
+
+    def pct(value):
+        return '-' if value is None else f'{value:.2f}'
     for name, s in summary.items():
-        def pct(value):
-            return '-' if value is None else f'{value:.2f}'
-        lines.append(f"| {name} | {s['items']} | {s['length_factor']:.2f} | "
+        spread = ' / '.join(f'{r:.2f}' for r in s['ratio_10_50_90'])
+        lines.append(f"| {name} | {s['items']} | {s['length_factor']:.2f} | {spread} | "
                      f"{s['quality']:.2f} | {pct(s['task_score_cut'])} | "
                      f"{pct(s['task_score_full'])} |")
     report.with_suffix('.md').write_text('\n'.join(lines) + '\n', encoding='utf-8')
+    return lines
+
+
+def main(argv=None) -> int:
+    """Run the measurement (or read an earlier one's rows); write the table and the report."""
+    from timebill_ros.runtime.model import load_model
+    args = _arguments(argv)
+    started = time.monotonic()
+    loaded = load_model(args.model)
+    if args.rows:
+        earlier = json.loads(Path(args.rows).read_text(encoding='utf-8'))
+        rows = earlier['rows']
+        source = earlier.get('source') or (
+            f'measure_cuts on {len(rows)} robot train items, model {loaded.name}, rows of '
+            f'{args.rows}')
+    else:
+        rows = _measure(args, loaded)
+        source = (f'measure_cuts on {len(rows)} robot train items, model {loaded.name}, '
+                  f'press {args.press}, {time.strftime("%Y-%m-%d")}')
+    summary = _summary(rows)
+    effects = _table(args, summary, source)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)  # a new run folder
+    effects.save(Path(args.out))
+    lines = _report(args, summary, rows, source, (time.monotonic() - started) / 60.0)
     print('\n'.join(lines))
     return 0
 

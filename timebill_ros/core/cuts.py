@@ -16,23 +16,46 @@ from pathlib import Path
 import numpy as np
 
 FORMAT = 1
+# Quantiles of the per-answer length ratio a measured cut keeps (CutEffect.length_ratios).
+RATIO_QUANTILES = 10
 # The table measured for the embedded model (timebill_ros.cli.measure_cuts).
 SHIPPED = Path(__file__).resolve().parents[1] / 'data' / 'cut_effects.json'
 
 
 @dataclass(frozen=True)
 class CutEffect:
-    """Answer length under a cut relative to the full model's, and answer fidelity."""
+    """Answer length under a cut relative to the full model's, and answer fidelity.
+
+    ``length_ratios``: where measured, the spread of one answer's length under the cut
+    over the full model's answer to the same prompt (evenly spaced quantiles). A mean
+    factor says two options' answers are alike in length; the spread says how often
+    each runs much shorter or longer than the full model's, which is what decides a
+    goal only a short answer can meet (a Q4_1 answer of 10 tokens where float32's has
+    44, a hand-over answer of 128 where float32's has 7).
+    """
 
     length_factor: float = 1.0
     quality: float = 1.0
+    length_ratios: tuple = ()
 
     def __post_init__(self):
-        """Check the values are usable (a factor > 0, a quality in [0, 1])."""
+        """Check the values are usable (a factor > 0, a quality in [0, 1], ratios > 0)."""
         if not self.length_factor > 0.0:
             raise ValueError(f'length_factor must be > 0 (got {self.length_factor})')
         if not 0.0 <= self.quality <= 1.0:
             raise ValueError(f'quality must be in [0, 1] (got {self.quality})')
+        if any(not r > 0.0 for r in self.length_ratios) or \
+                list(self.length_ratios) != sorted(self.length_ratios):
+            raise ValueError('length_ratios must be increasing and > 0')
+
+    def full_lengths_within(self, tokens: float) -> tuple:
+        """Return the full-model lengths whose answer under the cut ends within ``tokens``.
+
+        One per measured ratio (equally likely), or ``tokens / length_factor`` alone.
+        """
+        if not self.length_ratios:
+            return (tokens / self.length_factor,)
+        return tuple(tokens / ratio for ratio in self.length_ratios)
 
 
 FULL = CutEffect()
@@ -76,7 +99,10 @@ class CutEffects:
     def to_dict(self) -> dict:
         """Return a JSON-ready dict."""
         def one(effect):
-            return {'length_factor': effect.length_factor, 'quality': effect.quality}
+            row = {'length_factor': effect.length_factor, 'quality': effect.quality}
+            if effect.length_ratios:
+                row['length_ratios'] = list(effect.length_ratios)
+            return row
         return {'format': FORMAT, 'source': self.source,
                 'eviction': [dict(ratio=r, **one(e))
                              for r, e in zip(self.eviction_ratios, self.eviction)],
@@ -94,7 +120,8 @@ class CutEffects:
                 eviction_ratios=tuple(float(r['ratio']) for r in rows),
                 eviction=tuple(CutEffect(float(r['length_factor']), float(r['quality']))
                                for r in rows),
-                precision={k: CutEffect(float(v['length_factor']), float(v['quality']))
+                precision={k: CutEffect(float(v['length_factor']), float(v['quality']),
+                                        tuple(float(r) for r in v.get('length_ratios', ())))
                            for k, v in data.get('precision', {}).items()},
                 early_exit=CutEffect(**data.get('early_exit', {})),
                 source=str(data.get('source', '')))
@@ -113,6 +140,19 @@ class CutEffects:
         except (OSError, ValueError) as exc:
             raise ValueError(f'cannot read cut effects {path}: {exc}') from exc
         return cls.from_dict(data)
+
+
+def length_ratios(full_lengths, cut_lengths, count: int = RATIO_QUANTILES) -> tuple:
+    """Return ``count`` evenly spaced quantiles of cut / full length per item (>= 1 token).
+
+    ``count`` 0: the 10th, 50th and 90th percentiles (what a report shows).
+    """
+    full = np.maximum(np.asarray(full_lengths, dtype=float), 1.0)
+    cut = np.maximum(np.asarray(cut_lengths, dtype=float), 1.0)
+    if full.shape != cut.shape or full.size == 0:
+        raise ValueError('need equally many full and cut lengths (at least one)')
+    levels = (np.arange(count) + 0.5) / count if count else (0.1, 0.5, 0.9)
+    return tuple(float(q) for q in np.quantile(cut / full, levels))
 
 
 def length_factor(full_lengths, cut_lengths) -> float:

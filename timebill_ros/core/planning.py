@@ -445,7 +445,8 @@ class TimeBillPlanner:
 
         A cut that lengthens answers (``length_factor``) plans for that many more
         tokens, and its answer fits when the full model's would have fitted in
-        ``fits / length_factor`` tokens.
+        ``fits / length_factor`` tokens, or, where the spread of its answers' lengths
+        was measured, in ``fits / ratio`` for each measured ratio equally likely.
         """
         effect = cut.effect(self.context)
         worst = goal.worst(max(1, math.ceil(goal.planned * effect.length_factor)))
@@ -481,17 +482,20 @@ class TimeBillPlanner:
         """
         if fits >= goal.cap:
             return 1.0, 1.0  # the answer stops at max_new_tokens
-        tokens = fits / effect.length_factor
+        # The full model's lengths whose answer under the cut fits, one per measured ratio.
+        within = effect.full_lengths_within(fits)
+
+        def prob(dist) -> float:
+            return sum(dist.prob_at_most(n, goal.predicted) for n in within) / len(within)
         if fits >= worst:
             plain = 1.0  # the planned length fits
         elif goal.dist is not None:
-            plain = goal.dist.prob_at_most(tokens, goal.predicted)
+            plain = prob(goal.dist)
         else:
             return 0.0, 0.0
         if goal.hedge <= 0.0 or goal.unpredicted is None:
             return plain, plain
-        return plain, (1.0 - goal.hedge) * plain + \
-            goal.hedge * goal.unpredicted.prob_at_most(tokens, goal.predicted)
+        return plain, (1.0 - goal.hedge) * plain + goal.hedge * prob(goal.unpredicted)
 
     def _hybrid(self, goal: Goal, low: Option) -> Option | None:
         """Judge full precision with a switch to ``low``'s precision when time runs short.
