@@ -112,3 +112,14 @@ def test_a_plan_prefilling_on_another_option_names_its_hand_over():
     assert handover_of('llama.cpp-q4_1', 'llama.cpp-f16') == 'llama.cpp-f16>llama.cpp-q4_1'
     assert handover_of('bfloat16', 'bfloat16') == ''  # a 16-bit copy prefills for itself
     assert handover_of('llama.cpp-q4_1', '') == ''
+
+
+def test_two_cuts_together_multiply_their_length_spreads():
+    from timebill_ros.core.cut_kinds import _product
+    evict, precise = CutEffect(1.0, 0.5, (0.5, 2.0)), CutEffect(1.5, 0.8)
+    both = _product(evict, precise)
+    assert both.length_factor == pytest.approx(1.5) and both.quality == pytest.approx(0.4)
+    assert both.length_ratios == pytest.approx((0.75, 3.0))  # the factor where unmeasured
+    assert _product(CutEffect(2.0, 1.0), precise).length_ratios == ()
+    assert _product(evict, CutEffect(1.0, 1.0, (1.0, 4.0))).length_ratios == \
+        pytest.approx((0.5, 8.0))  # taken as moving together

@@ -64,3 +64,10 @@ def test_a_measured_length_spread_gives_the_full_lengths_that_fit():
         CutEffect(1.0, 0.8, (0.0, 1.0))
     assert length_ratios([10, 10, 10, 40], [5, 10, 20, 40], count=0) == pytest.approx(
         (0.65, 1.0, 1.7))
+
+
+def test_an_eviction_spread_is_interpolated_quantile_by_quantile():
+    effects = CutEffects(eviction_ratios=(0.5,), eviction=(CutEffect(1.0, 0.5, (0.5, 2.0)),))
+    assert effects.of_eviction(0.25).length_ratios == pytest.approx((0.75, 1.5))
+    assert effects.of_eviction(0.5).length_ratios == (0.5, 2.0)
+    assert CutEffects.from_dict(effects.to_dict()) == effects

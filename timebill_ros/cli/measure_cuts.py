@@ -189,8 +189,7 @@ def _table(args, summary: dict, source: str):
     precision = {name: effect(s) for name, s in summary.items()
                  if not name.startswith('evict ')}
     ratios = tuple(a for a, _ in evictions)
-    eviction = tuple(CutEffect(s['length_factor'], min(1.0, s['quality']))
-                     for _, s in evictions)
+    eviction = tuple(effect(s) for _, s in evictions)
     if args.merge and Path(args.out).exists():
         old = CutEffects.load(Path(args.out))
         precision = {**old.precision, **precision}

@@ -196,8 +196,16 @@ class Eviction(Cut):
 
 
 def _product(evict: CutEffect, precise: CutEffect) -> CutEffect:
+    """Return two cuts' effect together; their length spreads taken as moving together."""
+    spreads = [e.length_ratios for e in (evict, precise) if e.length_ratios]
+    ratios = ()
+    if spreads:
+        count = len(spreads[0])
+        first, then = (e.length_ratios if len(e.length_ratios) == count
+                       else (e.length_factor,) * count for e in (evict, precise))
+        ratios = tuple(sorted(a * b for a, b in zip(first, then)))
     return CutEffect(evict.length_factor * precise.length_factor,
-                     evict.quality * precise.quality)
+                     evict.quality * precise.quality, ratios)
 
 
 @dataclass(frozen=True)

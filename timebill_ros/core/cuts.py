@@ -88,9 +88,16 @@ class CutEffects:
         if alpha <= 0.0 or not self.eviction_ratios:
             return FULL
         xs = [0.0, *self.eviction_ratios]
+        spreads = [e.length_ratios for e in self.eviction]
+        ratios = ()
+        if spreads[0] and all(len(r) == len(spreads[0]) for r in spreads):
+            # Quantile by quantile from the full model's (every ratio 1) to the measured.
+            ratios = tuple(float(np.interp(alpha, xs, [1.0, *(r[i] for r in spreads)]))
+                           for i in range(len(spreads[0])))
         return CutEffect(
             float(np.interp(alpha, xs, [1.0, *(e.length_factor for e in self.eviction)])),
-            float(np.interp(alpha, xs, [1.0, *(e.quality for e in self.eviction)])))
+            float(np.interp(alpha, xs, [1.0, *(e.quality for e in self.eviction)])),
+            tuple(sorted(ratios)))
 
     def of_precision(self, dtype: str) -> CutEffect:
         """Return the effect of decoding at ``dtype`` ('' is the full model)."""
@@ -118,7 +125,8 @@ class CutEffects:
             rows = sorted(data.get('eviction', []), key=lambda row: row['ratio'])
             return cls(
                 eviction_ratios=tuple(float(r['ratio']) for r in rows),
-                eviction=tuple(CutEffect(float(r['length_factor']), float(r['quality']))
+                eviction=tuple(CutEffect(float(r['length_factor']), float(r['quality']),
+                                         tuple(float(x) for x in r.get('length_ratios', ())))
                                for r in rows),
                 precision={k: CutEffect(float(v['length_factor']), float(v['quality']),
                                         tuple(float(r) for r in v.get('length_ratios', ())))
