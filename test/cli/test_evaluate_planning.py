@@ -297,3 +297,20 @@ def test_a_run_is_replayed_on_a_profile_against_a_run_of_its_items_on_that_machi
     target['traces'][0]['item'] = 'an item the runs lack'
     with pytest.raises(SystemExit, match='lack'):
         ev.cross_check(report(), target, 'traced', {})
+
+
+def test_auto_can_be_replayed_with_another_cut_effects_table(tmp_path):
+    # A table saying Q4_1's answers run 50 times float32's: at 0.3x, where only Q4_1
+    # fits a 21-token answer, it is then unlikely to fit and AUTO refuses goals.
+    from timebill_ros.core.cuts import CutEffect, CutEffects, SHIPPED
+    shipped = CutEffects.load(SHIPPED)
+    table = tmp_path / 'effects.json'
+    CutEffects(shipped.eviction_ratios, shipped.eviction,
+               {**shipped.precision, 'llama.cpp-q4_1': CutEffect(50.0, 0.7)},
+               source='a test table').save(table)
+    strict = {'idle_best_effort': False}
+    default = ev.evaluate(report(), strict)['machines']['traced']['tiers']
+    assert default['0.3x']['AUTO']['choices'] == {'llama.cpp-q4_1': 2}
+    other = ev.evaluate(report(), {**strict, 'effects': str(table)})
+    assert other['machines']['traced']['tiers']['0.3x']['AUTO']['choices'].get('refused', 0) >= 1
+    assert other['policy']['effects'] == str(table)

@@ -234,14 +234,16 @@ def profile_models(report: dict) -> dict:
 
 
 def make_planner(report: dict, machine: Machine, length: RecordedLength, drift: dict,
-                 policy: dict, errors: dict | None = None, handover: bool = False):
+                 policy: dict, errors: dict | None = None, handover: bool = False,
+                 effects: str | None = None):
     """Return the node's planner on the profiles of the traced options, scaled.
 
     ``drift``: option -> (prefill, decode) ratios of its traces to its profile (what the
     node's online ETE learned); ``policy``: planner settings to replay; ``errors``:
     option -> its time-error ratios at EstimateErrors.QUANTILES (what the node's ETEs
     measured of their own errors); ``handover``: the run traced a hand-over between
-    llama.cpp options (runs before it did not: the planner then offers none).
+    llama.cpp options (runs before it did not: the planner then offers none);
+    ``effects``: a cut-effects table to plan with (default: the shipped one).
     """
     from timebill_ros.core.cuts import CutEffects, SHIPPED
     from timebill_ros.core.planning import TimeBillPlanner
@@ -263,7 +265,7 @@ def make_planner(report: dict, machine: Machine, length: RecordedLength, drift: 
     engines = {o: (lambda m=m: m) for o, m in models.items() if o.startswith('llama.cpp-')}
     errors = errors or {}
     return TimeBillPlanner(lambda: main, length, settings, precisions=precisions,
-                           effects=CutEffects.load(SHIPPED), engines=engines,
+                           effects=CutEffects.load(Path(effects or SHIPPED)), engines=engines,
                            time_errors=lambda option: errors.get(option or 'float32', ()))
 
 
@@ -481,7 +483,8 @@ def evaluate(report: dict, policy: dict | None = None,
 
     ``policy``: AUTO's settings to replay (``fit_tolerance``, ``predictor_share``, ...;
     the node's defaults for the rest). ``text_head_s``: what the text length head is
-    taken to cost a goal (default: as timed here, which varies with this machine's load).
+    taken to cost a goal (default: as timed here, which varies with this machine's load);
+    ``effects``: the path of a cut-effects table AUTO plans with (default: the shipped one).
     """
     from timebill_ros.runtime.length_heads import LinearHead
     from timebill_ros.runtime.predictor import SHIPPED_HEAD
@@ -491,6 +494,7 @@ def evaluate(report: dict, policy: dict | None = None,
     best_effort = policy.pop('idle_best_effort', config.idle_best_effort)
     text_head = policy.pop('text_head', config.text_length_predictor != 'none')
     text_head_s = policy.pop('text_head_s', None)
+    effects = policy.pop('effects', None)
     replay = Replay(report)
     if text_head:
         replay.predict_text()
@@ -503,7 +507,8 @@ def evaluate(report: dict, policy: dict | None = None,
     out = {}
     for machine in machines(replay, measured):
         planner = make_planner(report, machine, length, replay.drift, policy, replay.errors,
-                               handover=any('>' in strategy for _, strategy in replay.raw))
+                               handover=any('>' in strategy for _, strategy in replay.raw),
+                               effects=effects)
         tiers = {}
         for tier in report['tiers']:
             rows = {}
@@ -525,7 +530,8 @@ def evaluate(report: dict, policy: dict | None = None,
     return {'machines': out, 'gap_points': gap_points(report, traced),
             'within_2_sd': within_spread(report, traced),
             'policy': {**policy, 'predictor_share': share, 'idle_best_effort': best_effort,
-                       'text_head': text_head, 'text_head_s': text_head_s}}
+                       'text_head': text_head, 'text_head_s': text_head_s,
+                       **({'effects': effects} if effects else {})}}
 
 
 def _row(results: list) -> dict:
@@ -606,6 +612,9 @@ def main(argv=None) -> int:
     parser.add_argument('--set', action='append', default=[], metavar='NAME=VALUE',
                         help="replay AUTO with a planner parameter changed (e.g. "
                              "'fit_tolerance=0'; repeatable)")
+    parser.add_argument('--effects', metavar='TABLE',
+                        help='replay AUTO planning with this cut-effects table (a '
+                             'measure_cuts --out; default: the shipped one)')
     parser.add_argument('--against', metavar='RUN',
                         help="a bench_engines run on another machine: replay the runs' "
                              'traces of its items on --profile and compare with its counts')
@@ -617,6 +626,8 @@ def main(argv=None) -> int:
     policy.update(planner_overrides(args.set))
     if args.no_text_head:
         policy['text_head'] = False
+    if args.effects:
+        policy['effects'] = args.effects
     command = 'python -m timebill_ros.cli.evaluate_planning ' + ' '.join(argv or sys.argv[1:])
     reports = [json.loads((Path(run) / 'bench.json').read_text()) for run in args.runs]
     if args.against:
