@@ -62,7 +62,7 @@ def test_a_measured_length_spread_gives_the_full_lengths_that_fit():
         CutEffect(1.0, 0.8, (2.0, 1.0))  # not increasing
     with pytest.raises(ValueError):
         CutEffect(1.0, 0.8, (0.0, 1.0))
-    assert length_ratios([10, 10, 10, 40], [5, 10, 20, 40], count=0) == pytest.approx(
+    assert length_ratios([10, 10, 10, 40], [5, 10, 20, 40], (0.1, 0.5, 0.9)) == pytest.approx(
         (0.65, 1.0, 1.7))
 
 

@@ -168,7 +168,7 @@ def _summary(rows: list) -> dict:
             'items': len(ran),
             'length_factor': length_factor(full, cut),
             'length_ratios': list(length_ratios(full, cut)),
-            'ratio_10_50_90': list(length_ratios(full, cut, count=0)),
+            'ratio_10_50_90': list(length_ratios(full, cut, (0.1, 0.5, 0.9))),
             'quality': float(np.mean([r[name]['fidelity'] for r in ran])),
             'task_score_cut': float(np.mean([r[name]['score'] for r in scored]))
             if scored else None,

@@ -150,23 +150,27 @@ class CutEffects:
         return cls.from_dict(data)
 
 
-def length_ratios(full_lengths, cut_lengths, count: int = RATIO_QUANTILES) -> tuple:
-    """Return ``count`` evenly spaced quantiles of cut / full length per item (>= 1 token).
-
-    ``count`` 0: the 10th, 50th and 90th percentiles (what a report shows).
-    """
+def _paired(full_lengths, cut_lengths) -> tuple:
+    """Return the full and cut lengths as arrays (>= 1 token each); ValueError if unpaired."""
     full = np.maximum(np.asarray(full_lengths, dtype=float), 1.0)
     cut = np.maximum(np.asarray(cut_lengths, dtype=float), 1.0)
     if full.shape != cut.shape or full.size == 0:
         raise ValueError('need equally many full and cut lengths (at least one)')
-    levels = (np.arange(count) + 0.5) / count if count else (0.1, 0.5, 0.9)
+    return full, cut
+
+
+def length_ratios(full_lengths, cut_lengths, levels=None) -> tuple:
+    """Return quantiles of cut / full length per item at ``levels``.
+
+    Default: RATIO_QUANTILES evenly spaced levels (what a table keeps).
+    """
+    full, cut = _paired(full_lengths, cut_lengths)
+    if levels is None:
+        levels = (np.arange(RATIO_QUANTILES) + 0.5) / RATIO_QUANTILES
     return tuple(float(q) for q in np.quantile(cut / full, levels))
 
 
 def length_factor(full_lengths, cut_lengths) -> float:
     """Return sum(cut lengths) / sum(full lengths) over the same items (>= 1 token each)."""
-    full = np.maximum(np.asarray(full_lengths, dtype=float), 1.0)
-    cut = np.maximum(np.asarray(cut_lengths, dtype=float), 1.0)
-    if full.shape != cut.shape or full.size == 0:
-        raise ValueError('need equally many full and cut lengths (at least one)')
+    full, cut = _paired(full_lengths, cut_lengths)
     return float(cut.sum() / full.sum())
