@@ -137,3 +137,39 @@ def test_the_traced_encoder_embeds_as_the_eager_one_at_any_batch_and_length():
         mask = enc['attention_mask'].unsqueeze(-1).float()
         pooled = ((want * mask).sum(1) / mask.sum(1)).numpy()
         assert np.allclose(features.embed_batch(texts), pooled, atol=1e-5), texts
+
+
+def os_threads() -> int:
+    """Return the OS threads of this process."""
+    import os
+    return len(os.listdir('/proc/self/task'))
+
+
+@pytest.mark.skipif(not __import__('os').path.isdir('/proc/self/task'), reason='needs /proc')
+def test_features_leave_no_openmp_team_on_the_callers_thread(tiny):
+    # The node's executor threads live on: a team one of them kept would sit beside the
+    # decode loop's, and with more OpenMP threads than cores every team sleeps in waits.
+    import threading
+    import time
+    req = Request('Summarise the text.', ' '.join(f'word{i}' for i in range(600)),
+                  5.0, OverrunPolicy.KILL, Mode.NONE, 64, 1.0)
+    features = TargetLayerFeatures(tiny, 2, 'mean')
+    ran, release, counts = threading.Event(), threading.Event(), []
+
+    def executor_thread():
+        features.loaded.tokenizer('warm up')  # the tokenizer's own pool starts once
+        counts.append(os_threads())
+        features(req)
+        for _ in range(100):  # the team of the thread that ran it ends with it
+            if os_threads() == counts[0]:
+                break
+            time.sleep(0.02)
+        counts.append(os_threads())
+        ran.set()
+        release.wait(30)
+    caller = threading.Thread(target=executor_thread, daemon=True)
+    caller.start()
+    assert ran.wait(60)
+    release.set()
+    caller.join(30)
+    assert counts[1] == counts[0]

@@ -22,7 +22,8 @@ from timebill_ros.core.request import Mode, OverrunPolicy, Request
 from timebill_ros.runtime.length_encoder import (
     EncoderLengthModel, is_encoder_file, load_minilm)
 from timebill_ros.runtime.length_heads import LinearHead
-from timebill_ros.runtime.model import intra_op_threads, LoadedModel, request_prompt_ids
+from timebill_ros.runtime.model import (
+    intra_op_threads, LoadedModel, on_own_thread, request_prompt_ids)
 
 SHIPPED_HEAD = Path(__file__).resolve().parent.parent / 'data' / 'length_head.npz'
 # The text-side head (MiniLM embedding of the user turn): needs no target model, so the
@@ -69,7 +70,16 @@ class TargetLayerFeatures:
             return pooled.float().cpu().numpy()
 
     def __call__(self, request: Request) -> np.ndarray:
-        """Run the first layers on the chat-formatted prompt and pool the states."""
+        """Run the first layers on the chat-formatted prompt and pool the states.
+
+        On a thread of its own that exits after: a caller's thread (the executor's, at
+        admission) that ran the layers would keep an OpenMP team beside the decode
+        loop's, and with more OpenMP threads than cores every team's waits sleep
+        instead of spinning (see ``runtime.model.on_own_thread``).
+        """
+        return on_own_thread(self._features, request, name='timebill-predict')
+
+    def _features(self, request: Request) -> np.ndarray:
         import torch
         inner = self.loaded.model.model
         ids = request_prompt_ids(self.loaded.tokenizer, request, self.loaded.tokenizer_lock)
