@@ -73,3 +73,24 @@ def test_every_profile_is_pooled_over_the_runs_with_auto_against_the_best_fixed(
 def test_a_gap_summary_gives_the_worst_the_mean_and_the_cells_within_5_points():
     assert tables.gap_summary([1.0, -0.0, 9.0, 5.0]) == \
         '9.0 points at worst, 3.8 mean; within 5 points in 3 of 4'
+
+
+def test_auto_is_compared_goal_by_goal_with_the_fixed_choice_that_met_most():
+    def run(outcomes):
+        """One run: per item, (AUTO met, float32 met, int8-weight met) at tier 1x."""
+        return {'records': [{'tier': '1x', 'item': item, 'strategy': strategy, 'met': met}
+                            for item, row in outcomes.items()
+                            for strategy, met in zip(('AUTO', 'float32', 'int8-weight'), row)]}
+    # int8-weight meets 9 of 12, AUTO 8: AUTO alone meets 1 goal, int8-weight alone 2.
+    first = run({'a': (1, 0, 1), 'b': (1, 0, 1), 'c': (0, 0, 1), 'd': (1, 1, 0),
+                 'e': (1, 0, 1), 'f': (0, 0, 0)})
+    second = run({'a': (1, 0, 1), 'b': (1, 1, 1), 'c': (0, 0, 1), 'd': (1, 0, 1),
+                  'e': (1, 0, 1), 'f': (0, 0, 0)})
+    row = tables.paired([first, second])['1x']
+    assert row['goals'] == 12  # the same item in two runs is two goals
+    assert (row['fixed'], row['met'], row['fixed_met']) == ('int8-weight', 8, 9)
+    assert (row['only_auto'], row['only_fixed']) == (1, 2)
+    assert row['p_fixed_better'] == pytest.approx(0.5)  # 2 or more of 3 at even odds
+    assert row['p_auto_better'] == pytest.approx(0.875)  # 1 or more of 3
+    text = tables.paired_markdown(tables.paired([first, second]))
+    assert '| 1x | 12 | int8-weight | 8 | 9 | 1 | 2 | 0.500 | 0.875 |' in text

@@ -40,8 +40,8 @@ import time
 
 from timebill_ros.cli import common
 from timebill_ros.cli.evaluate_tables import (
-    cross_markdown, gap_points, markdown, pooled, pooled_markdown, pooled_profiles,
-    profiles_markdown, repeatability, within_spread)
+    cross_markdown, gap_points, markdown, paired, paired_markdown, pooled, pooled_markdown,
+    pooled_profiles, profiles_markdown, repeatability, within_spread)
 from timebill_ros.core.cut_kinds import handover_of
 from timebill_ros.core.length import observed_distribution
 from timebill_ros.core.config import NodeConfig
@@ -86,8 +86,10 @@ MEASURED = {
     'amd-epyc-2c': (('results/engines/robot_20_fresh_seed17',),
                     'run 20, 2-core AMD EPYC VM'),
     'intel-xeon-2c': (('results/engines/robot_10_xeon_seed19',
-                       'results/engines/robot_10_xeon_seed23'),
-                      'runs 21 and 23, 2-core Intel Xeon (Sapphire Rapids, AMX) VM'),
+                       'results/engines/robot_10_xeon_seed23',
+                       'results/engines/robot_10_xeon_seed29',
+                       'results/engines/robot_10_xeon_seed31'),
+                      'runs 21, 23, 24 and 25, 2-core Intel Xeon (Sapphire Rapids, AMX) VM'),
 }
 
 
@@ -664,10 +666,12 @@ def main(argv=None) -> int:
     if len(reports) > 1:
         cells = pooled(list(zip(reports, evaluations)), TRACED)
         (out / 'pooled.json').write_text(json.dumps(cells, indent=1) + '\n')
+        pairs = paired(reports)
+        (out / 'paired.json').write_text(json.dumps(pairs, indent=1) + '\n')
         sums = pooled_profiles(evaluations)
         (out / 'pooled_profiles.json').write_text(json.dumps(sums, indent=1) + '\n')
-        text = pooled_markdown(reports, cells, command) + '\n\n' + profiles_markdown(
-            reports[0]['strategies'], sums)
+        text = pooled_markdown(reports, cells, command) + '\n\n' + paired_markdown(pairs) \
+            + '\n\n' + profiles_markdown(reports[0]['strategies'], sums)
         (out / 'POOLED.md').write_text(text + '\n', encoding='utf-8')
         print(text)
     return 0

@@ -66,6 +66,58 @@ def pooled(runs: list, profile: str) -> dict:
     return cells
 
 
+def paired(reports: list, against: str = 'AUTO') -> dict:
+    """Return, per tier, ``against`` and the fixed choice with the most met, goal by goal.
+
+    The node's own runs: a goal is one item at one tier in one run, run under every
+    strategy. Per tier: each side's met, the goals only one side met, and exact one-sided
+    binomial (sign test) p-values that the fixed choice meets more (``p_fixed_better``)
+    or fewer (``p_auto_better``) than ``against`` where the two differ. A count under the
+    fixed choice's with a large ``p_fixed_better`` is within the noise of a run's items.
+    """
+    from scipy.stats import binomtest
+    goals: dict = {}
+    for number, report in enumerate(reports):
+        for record in report['records']:
+            tier = goals.setdefault(record['tier'], {})
+            tier.setdefault((number, record['item']), {})[record['strategy']] = record['met']
+    out = {}
+    for tier, items in goals.items():
+        strategies = {s for outcomes in items.values() for s in outcomes} - {against}
+
+        def met(strategy: str) -> int:
+            return sum(o.get(strategy, False) for o in items.values())
+        best = max(sorted(strategies), key=met)
+        only_auto = sum(o.get(against, False) and not o.get(best, False)
+                        for o in items.values())
+        only_fixed = sum(o.get(best, False) and not o.get(against, False)
+                         for o in items.values())
+        differ = only_auto + only_fixed
+        out[tier] = {
+            'goals': len(items), 'fixed': best,
+            'met': met(against), 'fixed_met': met(best),
+            'only_auto': only_auto, 'only_fixed': only_fixed,
+            'p_fixed_better': binomtest(only_fixed, differ, 0.5, alternative='greater').pvalue
+            if differ else 1.0,
+            'p_auto_better': binomtest(only_auto, differ, 0.5, alternative='greater').pvalue
+            if differ else 1.0}
+    return out
+
+
+def paired_markdown(pairs: dict) -> str:
+    """Return the goal-by-goal comparison of AUTO with the most-met fixed choice."""
+    lines = ['## AUTO against the most-met fixed choice, goal by goal (the node)', '',
+             'Each goal ran under every strategy; p: exact one-sided sign test over the '
+             'goals only one of the two met.', '',
+             '| tier | goals | most-met fixed | AUTO met | its met | only AUTO | only it '
+             '| p(it meets more) | p(AUTO meets more) |', '|---' * 9 + '|']
+    for tier, row in pairs.items():
+        lines.append(f"| {tier} | {row['goals']} | {row['fixed']} | {row['met']} | "
+                     f"{row['fixed_met']} | {row['only_auto']} | {row['only_fixed']} | "
+                     f"{row['p_fixed_better']:.3f} | {row['p_auto_better']:.3f} |")
+    return '\n'.join(lines)
+
+
 def pooled_profiles(evaluations: list) -> dict:
     """Return {machine: {tier: {strategy: {'met', 'goals', 'f1_met'}}}} summed over runs.
 
