@@ -148,3 +148,42 @@ def topic_probe(name: str, namespace: str = ''):
     finally:
         executor.shutdown(timeout_sec=2)
         node.destroy_node()
+
+
+def os_threads() -> int:
+    """Return the OS threads of this process."""
+    return len(os.listdir('/proc/self/task'))
+
+
+@pytest.fixture
+def threads_left_behind():
+    """Return f(call, warm_up): the OS threads ``call()`` leaves on a caller that lives on.
+
+    As the node's executor threads: the caller runs ``warm_up()`` (pools that start once,
+    such as a tokenizer's), then ``call()``, and stays alive; threads that end with a
+    thread ``call`` started are waited for (up to 2 s).
+    """
+    if not os.path.isdir('/proc/self/task'):
+        pytest.skip('needs /proc')
+
+    def left(call, warm_up=lambda: None) -> int:
+        ran, release, counts = threading.Event(), threading.Event(), []
+
+        def caller():
+            warm_up()
+            counts.append(os_threads())
+            call()
+            for _ in range(100):
+                if os_threads() == counts[0]:
+                    break
+                time.sleep(0.02)
+            counts.append(os_threads())
+            ran.set()
+            release.wait(30)
+        thread = threading.Thread(target=caller, daemon=True)
+        thread.start()
+        assert ran.wait(120), 'the call did not return'
+        release.set()
+        thread.join(30)
+        return counts[1] - counts[0]
+    return left

@@ -65,6 +65,16 @@ def test_save_load_round_trip_and_predictor_caps(trained, tmp_path):
     assert predictor.predict(essay, 12) == 100  # the goal's cap bounds the prediction
 
 
+def test_a_prediction_leaves_no_openmp_team_on_the_callers_thread(trained, threads_left_behind):
+    # As the target-layer head's: the executor thread that admits a goal lives on.
+    model = trained[0]
+    predictor = EncoderPredictor(model)
+    essay = Request(' '.join(LONG).format('ships', 'ships', 'ships', 'ships') * 4, '', 5.0,
+                    OverrunPolicy.KILL, Mode.AUTO, 100, 1.0)
+    assert threads_left_behind(lambda: predictor.predict(essay, 0),
+                               warm_up=lambda: model.tokenizer('warm up')) == 0
+
+
 def test_linear_head_files_are_not_encoders(tmp_path):
     head = LinearHead(np.zeros((17, 4), np.float32), np.zeros(17, np.float32),
                       np.zeros(4, np.float32), np.ones(4, np.float32), 16, 256, 'minilm')

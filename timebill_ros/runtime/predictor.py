@@ -25,6 +25,12 @@ from timebill_ros.runtime.length_heads import LinearHead
 from timebill_ros.runtime.model import (
     intra_op_threads, LoadedModel, on_own_thread, request_prompt_ids)
 
+# A predictor's forward runs on a thread of this name that exits after it: the caller's
+# thread (the executor's, at admission) would otherwise keep an OpenMP team beside the
+# decode loop's, and with more OpenMP threads than cores every team's waits sleep instead
+# of spinning (runtime.model.on_own_thread; docs/engines.md run 25: after one AUTO goal
+# both engines stepped 20-40 % slower in a probe).
+PREDICT_THREAD = 'timebill-predict'
 SHIPPED_HEAD = Path(__file__).resolve().parent.parent / 'data' / 'length_head.npz'
 # The text-side head (MiniLM embedding of the user turn): needs no target model, so the
 # node plans with it in front of vLLM replicas (serving.remote_server).
@@ -70,16 +76,7 @@ class TargetLayerFeatures:
             return pooled.float().cpu().numpy()
 
     def __call__(self, request: Request) -> np.ndarray:
-        """Run the first layers on the chat-formatted prompt and pool the states.
-
-        On a thread of its own that exits after: a caller's thread (the executor's, at
-        admission) that ran the layers would keep an OpenMP team beside the decode
-        loop's, and with more OpenMP threads than cores every team's waits sleep
-        instead of spinning (see ``runtime.model.on_own_thread``).
-        """
-        return on_own_thread(self._features, request, name='timebill-predict')
-
-    def _features(self, request: Request) -> np.ndarray:
+        """Run the first layers on the chat-formatted prompt and pool the states."""
         import torch
         inner = self.loaded.model.model
         ids = request_prompt_ids(self.loaded.tokenizer, request, self.loaded.tokenizer_lock)
@@ -226,7 +223,8 @@ class HeadPredictor:
 
     def predict(self, request: Request, prompt_tokens: int) -> int:
         """Return the answer length to plan for (core.length.cap_prediction)."""
-        return self._length(self.featurizer(request), request)
+        return self._length(on_own_thread(self.featurizer, request, name=PREDICT_THREAD),
+                            request)
 
     def calibrated(self, request: Request, prompt_tokens: int) -> tuple:
         """Return (predicted length >= 1, its distribution named by the head, or None).
@@ -268,8 +266,9 @@ class EncoderPredictor:
 
     def predict(self, request: Request, prompt_tokens: int) -> int:
         """Return the answer length to plan for (core.length.cap_prediction)."""
-        return cap_prediction(self.model.predict_texts([user_content(request)])[0],
-                              self.model.n_max, request.max_new_tokens)
+        lengths = on_own_thread(self.model.predict_texts, [user_content(request)],
+                                name=PREDICT_THREAD)
+        return cap_prediction(lengths[0], self.model.n_max, request.max_new_tokens)
 
 
 def load_predictor(path, loaded: LoadedModel, max_tokens: int = 0):
