@@ -53,3 +53,16 @@ def test_refuses_a_folder_built_with_other_settings(tmp_path):
     assert build_length_data.main(args + ['--n-max', '4']) == 0
     with pytest.raises(SystemExit, match='other settings'):
         build_length_data.main(args + ['--n-max', '5'])
+
+
+def test_robot_labels_take_extra_train_items_of_other_seeds(tmp_path):
+    out = tmp_path / 'data'
+    assert build_length_data.main(['--model', 'tiny-random', '--out', str(out), '--n-max', '3',
+                                   '--batch-size', '4', '--prompts', '10000', '--source',
+                                   'robot', '--robot-seeds', '101']) == 0
+    ids = {row['id'] for row in _labels(out)}
+    extra = {rid for rid in ids if rid.startswith('robot-s101-')}
+    assert len(ids) - len(extra) == 262 and len(extra) >= 100
+    assert 'robot_extra_train' in json.loads((out / 'settings.json').read_text())['sources']
+    texts = prompt_texts(load_model('tiny-random').tokenizer, ids)
+    assert set(texts) == ids

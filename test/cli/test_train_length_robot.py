@@ -12,7 +12,8 @@ from timebill_ros.runtime.length_heads import LinearHead
 def test_trains_calibrates_writes_and_reports(tmp_path):
     rng = np.random.default_rng(0)
     items = robot_workload.load()
-    ids = np.array([f'robot-{item.id}' for item in items])
+    extra = robot_workload.extra_train([101])
+    ids = np.array([f'robot-{item.id}' for item in items + extra])
     # Lengths follow the first feature: a learnable signal plus noise.
     signal = rng.uniform(0, 1, len(ids))
     lengths = np.clip(np.round(10 + 200 * signal + rng.normal(0, 8, len(ids))), 1, 256)
@@ -32,6 +33,9 @@ def test_trains_calibrates_writes_and_reports(tmp_path):
     assert head.target == 'tiny' and head.distribution is not None
     report = json.loads((tmp_path / 'results' / 'length_predictor_robot.json').read_text())
     assert report['split']['test'] == sum(item.split == 'test' for item in items)
+    # The extra items of another generator seed are found by their ids and train only.
+    assert report['split']['extra_train'] == len(extra)
+    assert report['split']['train'] == sum(item.split == 'train' for item in items) + len(extra)
     trained = report['test']['trained on robot train split']['mae']
     assert trained < report['test']['max-new-tokens stand-in']['mae']
     assert 0.5 < report['test_coverage'] <= 1.0

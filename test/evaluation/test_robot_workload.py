@@ -197,3 +197,19 @@ def test_fresh_items_are_new_prompts_of_the_split(items):
     assert 'ifbench' not in {item.kind for item in fresh}
     with pytest.raises(ValueError):
         rw.fresh(7, 'validation')
+
+
+def test_extra_train_items_share_no_prompt_with_any_benchmark_item(items):
+    """Extra train items are new train prompts, none a committed or benchmark-seed test one."""
+    extra = rw.extra_train([101])
+    assert len(extra) >= 100
+    assert {item.split for item in extra} == {'train'}
+    assert all(item.id.startswith('s101-') for item in extra)
+    known = {(item.instruction, item.context) for item in items}
+    benchmark = {(item.instruction, item.context)
+                 for seed in rw.EVALUATION_SEEDS for item in rw.fresh(seed, 'test')}
+    prompts = [(item.instruction, item.context) for item in extra]
+    assert len(set(prompts)) == len(prompts)
+    assert not (set(prompts) & (known | benchmark))
+    with pytest.raises(ValueError):
+        rw.extra_train([rw.EVALUATION_SEEDS[0]])

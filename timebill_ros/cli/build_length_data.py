@@ -29,6 +29,9 @@ def main(argv=None) -> int:
                         help='prompt source: sharegpt (chat turns) or a task of '
                              'evaluation.tasks (squad, hotpotqa, cnndm); labels of several '
                              'sources share one folder')
+    parser.add_argument('--robot-seeds', type=int, nargs='*', default=[],
+                        help='with --source robot: also label the extra train items of '
+                             'these generator seeds (robot_workload.extra_train)')
     args = parser.parse_args(argv)
 
     from tqdm import tqdm
@@ -53,6 +56,10 @@ def main(argv=None) -> int:
         settings['sources'].update(old.get('sources', {}))
     if args.source != 'sharegpt':
         settings['sources'][args.source] = task_note
+    if args.robot_seeds:
+        settings['sources']['robot_extra_train'] = (
+            f'robot_workload.extra_train({args.robot_seeds}): train items of other '
+            'generator seeds, no prompt of a benchmark seed\'s test items')
     with open(settings_path, 'w', encoding='utf-8') as handle:
         json.dump(settings, handle, indent=2)
     labels_path = os.path.join(args.out, 'labels.jsonl')
@@ -60,7 +67,8 @@ def main(argv=None) -> int:
     if os.path.exists(labels_path):
         with open(labels_path, encoding='utf-8') as handle:
             done = {json.loads(line)['id'] for line in handle if line.strip()}
-    candidates = source_prompts(args.source, loaded.tokenizer, args.prompts)
+    candidates = source_prompts(args.source, loaded.tokenizer, args.prompts,
+                                robot_seeds=args.robot_seeds)
     # Batches of similar length waste less compute on left padding (an interrupted
     # run has then labelled the shorter prompts; rerunning adds the rest).
     prompts = sorted((p for p in candidates if p[0] not in done), key=lambda p: len(p[1]))

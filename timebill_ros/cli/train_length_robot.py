@@ -81,8 +81,7 @@ def text_features(rows: list) -> dict:
 def main(argv=None) -> int:
     """Choose, calibrate, train, write and report."""
     from timebill_ros.core.length import LengthDistribution, metrics
-    from timebill_ros.evaluation import robot_workload
-    from timebill_ros.evaluation.length_data import PROBE_LAYERS
+    from timebill_ros.evaluation.length_data import EXTRA_ID, PROBE_LAYERS, robot_items
     from timebill_ros.runtime.length_heads import LinearHead, train_head
     from timebill_ros.runtime.model import cache_root
     parser = argparse.ArgumentParser(description=__doc__,
@@ -105,6 +104,9 @@ def main(argv=None) -> int:
                         "shipped head); 'text': the MiniLM embedding of the user turn (the "
                         'head the node plans with in front of vLLM replicas; write it with '
                         '--head-out timebill_ros/data/length_head_text.npz)')
+    parser.add_argument('--no-extra-train', action='store_true',
+                        help='leave out the extra train items of other generator seeds '
+                        '(build_length_data --robot-seeds), to see what they add')
     parser.add_argument('--max-new-tokens', type=int, default=128,
                         help="the stand-in's prediction (the node's default answer cap)")
     args = parser.parse_args(argv)
@@ -116,10 +118,14 @@ def main(argv=None) -> int:
         settings = json.load(handle)
     n_max = int(settings['n_max'])
     labels, feats = load(args.data)
-    items = {f'robot-{item.id}': item for item in robot_workload.load()}
+    if args.no_extra_train:
+        labels = [r for r in labels if not EXTRA_ID.match(r['id'])]
+    # The committed workload and any extra train items the labels hold.
+    items = robot_items([r['id'] for r in labels])
     rows = [r for r in labels if r['id'] in items]
     train = np.array([i for i, r in enumerate(rows) if items[r['id']].split == 'train'])
     test = np.array([i for i, r in enumerate(rows) if items[r['id']].split == 'test'])
+    n_extra = sum(bool(EXTRA_ID.match(r['id'])) for r in rows)
     y = np.array([r['length'] for r in rows], dtype=float)
     features = text_features(rows) if args.features == 'text' else \
         probe_features(rows, feats, PROBE_LAYERS)
@@ -172,7 +178,7 @@ def main(argv=None) -> int:
     head.save(args.head_out)
     report = {'machine': f'{platform.node()} {platform.machine()} {os.cpu_count()} cpus',
               'date': time.strftime('%Y-%m-%d'), 'settings': settings,
-              'split': {'train': len(train), 'test': len(test)},
+              'split': {'train': len(train), 'test': len(test), 'extra_train': n_extra},
               'chosen': {'features': key, 'l2': l2, 'decode': decode, 'cv_mae': cv_mae},
               'cv': [{'features': s[1], 'l2': s[2], 'decode': s[3], 'cv_mae': s[0]}
                      for s in scores],
@@ -190,8 +196,9 @@ def main(argv=None) -> int:
     lines = [f"# Length predictor on the robot workload ({report['date']}, "
              f"{report['machine']})", '',
              f'`python -m timebill_ros.cli.train_length_robot`; labels: '
-             f"{settings['model']} greedy, N_max {n_max}; {len(train)} train / {len(test)} test "
-             f'items (the workload split); lengths compared at the node cap '
+             f"{settings['model']} greedy, N_max {n_max}; {len(train)} train ({n_extra} of them "
+             f'extra items of other generator seeds) / {len(test)} test items (the '
+             f'committed split); lengths compared at the node cap '
              f'{args.max_new_tokens}.', '',
              f'Chosen by 5-fold CV on train: {key}, l2 {l2:g}, {decode} decoding (CV MAE '
              f'{cv_mae:.1f}).', '', '| predictor (test split) | MAE | RMSE | R^2 |',

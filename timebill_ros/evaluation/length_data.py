@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 from typing import Iterator
 
@@ -105,16 +106,16 @@ def task_prompts(task: str, tokenizer, limit: int, min_tokens: int = 64,
     return chosen
 
 
-def robot_prompts(limit: int, wanted=None) -> list:
+def robot_prompts(limit: int, wanted=None, seeds=()) -> list:
     """Return up to ``limit`` (id, text) robot-workload prompts, ids prefixed ``robot-``.
 
     Every split is labelled (lengths of the test split are evaluation data);
-    trainers must keep to the items whose ``split`` is 'train'.
+    trainers must keep to the items whose ``split`` is 'train'. ``seeds`` adds the
+    extra train items of those generator seeds (``robot_workload.extra_train``, ids
+    ``robot-s<seed>-...``); with ``wanted``, the seeds its ids name are added.
     """
-    from timebill_ros.evaluation import robot_workload
     chosen = []
-    for item in robot_workload.load():
-        rid = f'robot-{item.id}'
+    for rid, item in robot_items(wanted or (), seeds).items():
         if wanted is None or rid in wanted:
             text = f'{item.context.strip()}\n\n{item.instruction.strip()}' \
                 if item.context.strip() else item.instruction.strip()
@@ -122,14 +123,30 @@ def robot_prompts(limit: int, wanted=None) -> list:
     return chosen[:limit]
 
 
-def source_prompts(source: str, tokenizer, limit: int) -> list:
+EXTRA_ID = re.compile(r'robot-s(\d+)-')  # label ids of robot_workload.extra_train items
+
+
+def robot_items(label_ids=(), seeds=()) -> dict:
+    """Return {label id: item}: the committed workload and the extra train items.
+
+    The extra items are those of ``seeds`` and of every seed a ``robot-s<seed>-`` label
+    id names (``robot_workload.extra_train``, seeds in ascending order).
+    """
+    from timebill_ros.evaluation import robot_workload
+    seeds = set(seeds) | {int(match.group(1)) for match in
+                          map(EXTRA_ID.match, label_ids) if match}
+    return {f'robot-{item.id}': item for item in
+            robot_workload.load() + robot_workload.extra_train(sorted(seeds))}
+
+
+def source_prompts(source: str, tokenizer, limit: int, robot_seeds=()) -> list:
     """Return up to ``limit`` (id, text) prompts of one source in ``SOURCES``."""
     if source not in SOURCES:
         raise ValueError(f'unknown prompt source {source!r} (expected one of {SOURCES})')
     if source == 'sharegpt':
         return select_prompts(tokenizer, limit)
     if source == 'robot':
-        return robot_prompts(limit)
+        return robot_prompts(limit, seeds=robot_seeds)
     return task_prompts(source, tokenizer, limit)
 
 

@@ -96,6 +96,32 @@ def fresh(seed: int, split: str = 'test') -> list[WorkloadItem]:
             if item.split == split and (item.instruction, item.context) not in known]
 
 
+# Generator seeds whose test items benchmarks draw (``bench_engines --workload-seed``):
+# extra training items never share a prompt with them.
+EVALUATION_SEEDS = (7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67)
+
+
+def extra_train(seeds) -> list[WorkloadItem]:
+    """Return more train items for the length heads, drawn with other generator seeds.
+
+    Each is a ``fresh(seed, 'train')`` item, its id prefixed ``s<seed>-``, less any
+    prompt of an earlier returned item or of a test item of ``EVALUATION_SEEDS``, so
+    no benchmark run's items (earlier or to come) were trained on.
+    """
+    banned = {(item.instruction, item.context)
+              for seed in EVALUATION_SEEDS for item in fresh(seed, 'test')}
+    chosen = []
+    for seed in seeds:
+        if seed in EVALUATION_SEEDS:
+            raise ValueError(f'seed {seed} draws benchmark items (EVALUATION_SEEDS)')
+        for item in fresh(seed, 'train'):
+            key = (item.instruction, item.context)
+            if key not in banned:
+                banned.add(key)
+                chosen.append(replace(item, id=f's{seed}-{item.id}'))
+    return chosen
+
+
 def score(item: WorkloadItem, answer: str) -> float | None:
     """Return 1.0 or 0.0 for an answer to an item with a reference, None for free text."""
     if not item.reference:
