@@ -314,3 +314,22 @@ def test_auto_can_be_replayed_with_another_cut_effects_table(tmp_path):
     other = ev.evaluate(report(), {**strict, 'effects': str(table)})
     assert other['machines']['traced']['tiers']['0.3x']['AUTO']['choices'].get('refused', 0) >= 1
     assert other['policy']['effects'] == str(table)
+
+
+def test_auto_can_be_replayed_with_another_length_head(tmp_path):
+    """A head given to the replay predicts every item again on the embedded model's states."""
+    import numpy as np
+    from timebill_ros.runtime.length_heads import LinearHead, train_head
+    from timebill_ros.runtime.predictor import SHIPPED_HEAD
+    shipped = LinearHead.load(SHIPPED_HEAD)
+    rng = np.random.default_rng(0)
+    # A head that has only seen answers at its cap: it plans every goal for the cap.
+    long = train_head(rng.normal(size=(8, len(shipped.mean))), np.full(8, 128), 16, 128)
+    long.features, long.target, long.decode = shipped.features, shipped.target, 'median'
+    long.distribution = shipped.distribution
+    path = tmp_path / 'long.npz'
+    long.save(path)
+    assert ev.Replay(report()).predict_target(str(path)) == {item: 64 for item in ITEMS}
+    replayed = ev.evaluate(report(), {'text_head': False, 'length_head': str(path)})
+    assert replayed['policy']['length_predictor'] == f'rlp ({path})'
+    assert ev.evaluate(report())['policy']['length_predictor'] == 'rlp (recorded)'

@@ -313,19 +313,35 @@ class Replay:
             [t['tokens'] for t in report['traces'] if t['strategy'] == 'float32'], [],
             report['max_new_tokens'])
 
-    def predict_text(self) -> None:
+    def request(self, item_id: str):
+        """Return the AUTO request of an item as the node receives it."""
+        from timebill_ros.core.request import Mode, OverrunPolicy, Request
+        item = self.items[item_id]
+        return Request(item.instruction, item.context, 10.0, OverrunPolicy.KILL, Mode.AUTO,
+                       self.report['max_new_tokens'], NodeConfig().pessimistic_factor)
+
+    def predict_target(self, head_path: str) -> dict:
+        """Return {item: length} a target-layer head predicts (the embedded model's states).
+
+        What the node's ``length_predictor`` would have said had it shipped that head;
+        with the shipped head these are the traces' recorded predictions.
+        """
+        from timebill_ros.runtime.model import load_model
+        from timebill_ros.runtime.predictor import load_predictor
+        head = load_predictor(head_path, load_model('embedded'),
+                              NodeConfig().length_predictor_max_tokens)
+        return {item: head.predict(self.request(item), 0) for item in self.items}
+
+    def predict_text(self, choice: str = 'text') -> None:
         """Set ``text``: item -> (prediction, seconds, distribution) of the text length head.
 
-        What the node's ``text_length_predictor`` says of each item (and what it took
-        here); the distribution is None past its labels' cap, as the node plans it.
+        What the node's ``text_length_predictor`` (``choice``) says of each item (and what
+        it took here); the distribution is None past its labels' cap, as the node plans it.
         """
-        from timebill_ros.core.request import Mode, OverrunPolicy, Request
         from timebill_ros.runtime.predictor import text_predictor
-        head = text_predictor('text')
-        for index, (item_id, item) in enumerate(self.items.items()):
-            request = Request(item.instruction, item.context, 10.0, OverrunPolicy.KILL,
-                              Mode.AUTO, self.report['max_new_tokens'],
-                              NodeConfig().pessimistic_factor)
+        head = text_predictor(choice)
+        for index, item_id in enumerate(self.items):
+            request = self.request(item_id)
             if index == 0:  # as the node's warm-up at start: no goal pays the first call
                 head.calibrated(request, 0)
             start = time.perf_counter()
@@ -497,15 +513,22 @@ def evaluate(report: dict, policy: dict | None = None,
     text_head = policy.pop('text_head', config.text_length_predictor != 'none')
     text_head_s = policy.pop('text_head_s', None)
     effects = policy.pop('effects', None)
+    length_head = policy.pop('length_head', None)
     replay = Replay(report)
     if text_head:
-        replay.predict_text()
+        replay.predict_text(policy.pop('text_head_path', 'text'))
         if text_head_s is not None:
             replay.text = {item: (length, text_head_s, spread)
                            for item, (length, _, spread) in replay.text.items()}
-    predicted = {t['item']: t['predicted'] for t in report['traces'] if t['strategy'] == 'AUTO'}
-    length = RecordedLength('rlp (recorded)', LinearHead.load(SHIPPED_HEAD).distribution,
-                            predicted, replay.typical)
+    policy.pop('text_head_path', None)
+    if length_head:
+        length = RecordedLength(f'rlp ({length_head})', LinearHead.load(length_head).distribution,
+                                replay.predict_target(length_head), replay.typical)
+    else:
+        predicted = {t['item']: t['predicted'] for t in report['traces']
+                     if t['strategy'] == 'AUTO'}
+        length = RecordedLength('rlp (recorded)', LinearHead.load(SHIPPED_HEAD).distribution,
+                                predicted, replay.typical)
     out = {}
     for machine in machines(replay, measured):
         planner = make_planner(report, machine, length, replay.drift, policy, replay.errors,
@@ -533,6 +556,7 @@ def evaluate(report: dict, policy: dict | None = None,
             'within_2_sd': within_spread(report, traced),
             'policy': {**policy, 'predictor_share': share, 'idle_best_effort': best_effort,
                        'text_head': text_head, 'text_head_s': text_head_s,
+                       'length_predictor': length.name,
                        **({'effects': effects} if effects else {})}}
 
 
@@ -617,6 +641,13 @@ def main(argv=None) -> int:
     parser.add_argument('--effects', metavar='TABLE',
                         help='replay AUTO planning with this cut-effects table (a '
                              'measure_cuts --out; default: the shipped one)')
+    parser.add_argument('--length-head', metavar='HEAD',
+                        help="replay AUTO as if the node's length_predictor were this head "
+                             '(predicted again on each item; default: the recorded '
+                             'predictions of the shipped head)')
+    parser.add_argument('--text-head', metavar='HEAD',
+                        help='replay AUTO with this text_length_predictor head (default: '
+                             'the shipped one)')
     parser.add_argument('--against', metavar='RUN',
                         help="a bench_engines run on another machine: replay the runs' "
                              'traces of its items on --profile and compare with its counts')
@@ -630,6 +661,10 @@ def main(argv=None) -> int:
         policy['text_head'] = False
     if args.effects:
         policy['effects'] = args.effects
+    if args.length_head:
+        policy['length_head'] = args.length_head
+    if args.text_head:
+        policy['text_head_path'] = args.text_head
     command = 'python -m timebill_ros.cli.evaluate_planning ' + ' '.join(argv or sys.argv[1:])
     reports = [json.loads((Path(run) / 'bench.json').read_text()) for run in args.runs]
     if args.against:
