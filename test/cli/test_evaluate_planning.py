@@ -333,3 +333,11 @@ def test_auto_can_be_replayed_with_another_length_head(tmp_path):
     replayed = ev.evaluate(report(), {'text_head': False, 'length_head': str(path)})
     assert replayed['policy']['length_predictor'] == f'rlp ({path})'
     assert ev.evaluate(report())['policy']['length_predictor'] == 'rlp (recorded)'
+
+
+def test_a_replay_with_an_oracle_length_predictor_predicts_float32s_answer_lengths():
+    oracle = ev.evaluate(report(), {'text_head': False, 'length_head': 'oracle'})
+    assert oracle['policy']['length_predictor'] == 'oracle (float32 answer lengths)'
+    # Every goal planned for its true 21 tokens: AUTO meets every tier it can.
+    tiers = oracle['machines']['traced']['tiers']
+    assert tiers['20s']['AUTO']['met'] == 2 and tiers['0.3x']['AUTO']['met'] == 2

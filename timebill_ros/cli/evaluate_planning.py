@@ -521,7 +521,17 @@ def evaluate(report: dict, policy: dict | None = None,
             replay.text = {item: (length, text_head_s, spread)
                            for item, (length, _, spread) in replay.text.items()}
     policy.pop('text_head_path', None)
-    if length_head:
+    if length_head == 'oracle':
+        # An upper bound: every prediction is the length float32's loose answer ran to,
+        # from either head; the distributions and the costs stay the heads'.
+        lengths = {item: trace['tokens'] for (item, strategy), trace in replay.traces.items()
+                   if strategy == 'float32'}
+        replay.text = {item: (lengths[item], took, spread)
+                       for item, (_, took, spread) in replay.text.items()}
+        length = RecordedLength('oracle (float32 answer lengths)',
+                                LinearHead.load(SHIPPED_HEAD).distribution, lengths,
+                                replay.typical)
+    elif length_head:
         length = RecordedLength(f'rlp ({length_head})', LinearHead.load(length_head).distribution,
                                 replay.predict_target(length_head), replay.typical)
     else:
@@ -643,8 +653,9 @@ def main(argv=None) -> int:
                              'measure_cuts --out; default: the shipped one)')
     parser.add_argument('--length-head', metavar='HEAD',
                         help="replay AUTO as if the node's length_predictor were this head "
-                             '(predicted again on each item; default: the recorded '
-                             'predictions of the shipped head)')
+                             "(predicted again on each item; 'oracle': both heads say the "
+                             "length of float32's answer, an upper bound; default: the "
+                             'recorded predictions of the shipped head)')
     parser.add_argument('--text-head', metavar='HEAD',
                         help='replay AUTO with this text_length_predictor head (default: '
                              'the shipped one)')
