@@ -92,7 +92,7 @@ def node(params: dict, item_id: str, precisions: list, rounds: int, tokens: int)
     import rclpy
     from timebill_ros.core.request import Mode
     from timebill_ros.evaluation import robot_workload
-    from timebill_ros.tools.client import InstructClient, make_goal
+    from timebill_ros.tools.client import InstructClient, make_goal, outcome_name
     from timebill_ros.tools.process import NodeProcess
     item = {i.id: i for i in robot_workload.load()}[item_id]
     rclpy.init()
@@ -135,7 +135,7 @@ def node(params: dict, item_id: str, precisions: list, rounds: int, tokens: int)
         summary[precision] = {**{p: round(v, 2) for p, v in phase.items()},
                               'after_over_before': round(phase['after'] / phase['before'], 3)}
     return {'item': item_id, 'rows': rows, 'summary': summary,
-            'auto_goal': {'outcome': auto.outcome, 'tokens': auto.tokens},
+            'auto_goal': {'outcome': outcome_name(auto.outcome), 'tokens': auto.tokens},
             'node_threads': {'before_auto': threads_before, 'after_auto': threads_after}}
 
 

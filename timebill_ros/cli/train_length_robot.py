@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 from pathlib import Path
-import platform
 import sys
 import time
 
@@ -176,7 +175,9 @@ def main(argv=None) -> int:
         [dist.quantile(q, p) for p in new_pred]) + 1e-9)) for q in (0.1, 0.5, 0.9)}
     os.makedirs(os.path.dirname(args.head_out), exist_ok=True)
     head.save(args.head_out)
-    report = {'machine': f'{platform.node()} {platform.machine()} {os.cpu_count()} cpus',
+    given = sys.argv[1:] if argv is None else argv
+    report = {'machine': common.machine(), 'commit': common.commit(),
+              'command': ' '.join(['python -m timebill_ros.cli.train_length_robot', *given]),
               'date': time.strftime('%Y-%m-%d'), 'settings': settings,
               'split': {'train': len(train), 'test': len(test), 'extra_train': n_extra},
               'chosen': {'features': key, 'l2': l2, 'decode': decode, 'cv_mae': cv_mae},
@@ -195,7 +196,7 @@ def main(argv=None) -> int:
     names = list(preds)
     lines = [f"# Length predictor on the robot workload ({report['date']}, "
              f"{report['machine']})", '',
-             f'`python -m timebill_ros.cli.train_length_robot`; labels: '
+             f"`{report['command']}` at {report['commit']}; labels: "
              f"{settings['model']} greedy, N_max {n_max}; {len(train)} train ({n_extra} of them "
              f'extra items of other generator seeds) / {len(test)} test items (the '
              f'committed split); lengths compared at the node cap '
