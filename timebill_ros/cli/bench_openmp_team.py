@@ -28,19 +28,6 @@ import time
 from timebill_ros.cli import common
 
 
-def _decode_ms(model, steps: int, prompt_tokens: int = 80) -> float:
-    """Return the mean ms of ``steps`` one-token decode steps after a short prefill."""
-    import torch
-    ids = torch.randint(0, model.config.vocab_size, (1, prompt_tokens))
-    with torch.inference_mode():
-        out = model(ids, use_cache=True)
-        past, token = out.past_key_values, ids[:, -1:]
-        start = time.perf_counter()
-        for _ in range(steps):
-            past = model(token, past_key_values=past, use_cache=True).past_key_values
-    return 1e3 * (time.perf_counter() - start) / steps
-
-
 def _live_thread(forward) -> threading.Event:
     """Start a thread that calls ``forward`` once and stays alive until the event is set."""
     done, stop = threading.Event(), threading.Event()
@@ -58,7 +45,12 @@ def inproc(model_name: str, rounds: int, steps: int) -> dict:
     """Time decode steps alone, beside a live team, and beside the fixed predictor thread."""
     import torch
     from timebill_ros.runtime.model import load_model, on_own_thread
-    model = load_model(model_name).model
+    from timebill_ros.runtime.profiler import time_decode_steps
+    loaded = load_model(model_name)
+    model = loaded.model
+
+    def decode_ms():  # the start-up profiler's timing: median step after an 80-token prompt
+        return 1e3 * time_decode_steps(loaded, [80], steps, 1)[80][0]
 
     def forward():
         with torch.inference_mode():
@@ -71,7 +63,7 @@ def inproc(model_name: str, rounds: int, steps: int) -> dict:
         for name, other in beside.items():
             stop = _live_thread(other) if other else None
             box = []
-            worker = threading.Thread(target=lambda: box.append(_decode_ms(model, steps)))
+            worker = threading.Thread(target=lambda: box.append(decode_ms()))
             worker.start()
             worker.join(600)
             if stop:
@@ -144,8 +136,9 @@ def markdown(report: dict) -> str:
     lines = [f"# Decode steps beside a second OpenMP team ({report['date']})", '',
              f"`{report['command']}` at {report['commit']} on {report['machine']}.", '']
     if 'inproc' in report:
-        lines += ['In one process, float32 steps of the model on a worker thread '
-                  f"({report['rounds']} rounds):", '',
+        lines += ['In one process, decode steps of the model on a worker thread after an '
+                  f"80-token prompt ({report['rounds']} rounds, each the median of its "
+                  'steps):', '',
                   '| beside the decode thread | ms per step, median | each round |',
                   '|---|---|---|']
         lines += [f"| {name} | {cell['median']} | {', '.join(map(str, cell['ms_per_step']))} |"
