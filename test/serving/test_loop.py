@@ -65,7 +65,8 @@ class ScriptedLane:
         self.backend.discarded.append(cache)
 
     def step(self, feed, budgets=None):
-        self.backend.clock.t += self.step_s
+        self.backend.steps += 1
+        self.backend.clock.t += self.step_s + self.backend.stalls.get(self.backend.steps, 0.0)
         out = {}
         for key, token in feed.items():
             nxt = token + 1
@@ -125,6 +126,7 @@ class ScriptedBackend:
         # Prefill chunks, one step each (an int, or prompt -> chunks).
         self.chunks = chunks if callable(chunks) else (lambda ids: chunks)
         self.abandoned, self.discarded = 0, []
+        self.steps, self.stalls = 0, {}  # decode step number -> seconds the OS stalls it
 
     def begin_prefill(self, prompt_ids, plan, decide=None):
         return ScriptedPrefill(self, self.chunks(prompt_ids), plan, decide)
@@ -216,6 +218,18 @@ def test_kill_stops_before_a_step_that_would_end_far_past_the_deadline():
     skip = run(ScriptedBackend(clock, 0.3, words=50), request(OverrunPolicy.SKIP_NEXT,
                                                               max_new=5), clock)[0]
     assert skip.tokens == 5  # Skip-Next runs on past the deadline
+
+
+def test_one_stalled_step_does_not_make_kill_stop_ahead_of_short_steps():
+    clock = ScriptedClock()
+    backend = ScriptedBackend(clock, 0.01, words=500)
+    backend.stalls = {60: 0.35}  # the 60th step ends at 0.95 s instead of 0.60 s
+    result, seen = run(backend, request(budget=1.0), clock)
+    # The next step is expected to take 0.01 s (median of the last three), not 0.36 s:
+    # the goal runs on to its first token at or after the deadline.
+    assert result.outcome == Outcome.KILLED and 'past it' in result.reason
+    assert seen[-2][1] < 1.0 <= seen[-1][1] < 1.0 + 0.011
+    assert result.tokens > 61
 
 
 def test_kill_ends_a_chunked_prefill_before_a_chunk_that_would_end_past_the_deadline():

@@ -13,8 +13,10 @@ of answer, the goal's own stop rule: its deadline policy, cancel and feedback,
 
 from __future__ import annotations
 
+from collections import deque
 from contextlib import ExitStack
 import math
+import statistics
 import sys
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
@@ -171,6 +173,8 @@ class Prefilling:
 # What a deadline closure is allowed beside the next step: the search takes 0.4-9 ms on
 # the embedded tokenizer (runtime.grammar; its own limit is 0.1 s).
 CLOSURE_S = 0.02
+# How many of a lane's last steps its expected next step is the median of.
+RECENT_STEPS = 3
 
 
 class StepHook(Protocol):
@@ -222,7 +226,8 @@ class DecodeLoop:
         self.members: dict = {}  # key -> Member
         self.prefilling: list = []  # Prefilling goals, oldest first
         self.lanes: dict = {}  # lane key -> lane
-        self.last_step: dict = {}  # lane key -> its last step's seconds
+        self.last_step: dict = {}  # lane key -> its expected step (s): median of recent
+        self._recent_steps: dict = {}  # lane key -> its last RECENT_STEPS steps (s)
         self._threads, self._threads_key = ExitStack(), None
 
     def decoding(self) -> int:
@@ -428,6 +433,7 @@ class DecodeLoop:
         for key in [key for key, lane in self.lanes.items() if len(lane) == 0]:
             del self.lanes[key]
             self.last_step.pop(key, None)
+            self._recent_steps.pop(key, None)
         exclusive = [key for key, lane in self.lanes.items() if lane.exclusive]
         for key in exclusive or list(self.lanes):
             self._step(key, self.lanes[key])
@@ -451,7 +457,12 @@ class DecodeLoop:
             return
         now = clock()
         step_s = now - t
-        self.last_step[key] = step_s
+        # One step stalled by the OS (a preempted thread: 0.1 s and more on a loaded
+        # 2-core machine) must not make Kill stop ahead of a 2-ms step: the median
+        # of the last few steps forgets a single stall, yet follows a batch that grew.
+        recent = self._recent_steps.setdefault(key, deque(maxlen=RECENT_STEPS))
+        recent.append(step_s)
+        self.last_step[key] = statistics.median(recent)
         if self.on_step is not None:
             self.on_step(key, size, total_kv, step_s)
         peak = len(self.members)
