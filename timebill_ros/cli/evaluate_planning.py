@@ -434,7 +434,7 @@ class Replay:
 
     def auto(self, planner, length, item: str, budget: float, machine: Machine,
              policy: dict) -> tuple:
-        """Return (met share, F1, option or 'refused') of AUTO: the node's planner picks.
+        """Return (met share, F1, option or 'refused', P(fit)) of AUTO: the node's planner picks.
 
         ``policy['predictor_share']``: the length predictor runs only when its cost (the
         AUTO trace's admission) is at most that share of the budget; otherwise the goal
@@ -472,7 +472,7 @@ class Replay:
             # is idle and a Kill goal with a token that fits runs on its best option.
             if not policy.get('idle_best_effort', True) or exc.plan is None \
                     or exc.plan.fits_tokens < 1:
-                return 0.0, 0.0, 'refused'
+                return 0.0, 0.0, 'refused', 0.0
             plan = exc.plan
         option = self._option(plan)
         trace = {**self.traces[(item, option)], 'strategy': option, 'queue_s': 0.0}
@@ -481,7 +481,8 @@ class Replay:
             low = {**self.traces[(item, plan.fallback.precision)],
                    'strategy': plan.fallback.precision, 'queue_s': 0.0}
             took, trace = admission + trace_time(low, machine), low
-        return met_share(took, budget, self.jitter), self._f1(trace, item), option
+        return met_share(took, budget, self.jitter), self._f1(trace, item), option, \
+            plan.fit_probability
 
     def _option(self, plan) -> str:
         handover = handover_of(plan.precision, plan.prefill_precision)
@@ -504,7 +505,8 @@ def evaluate(report: dict, policy: dict | None = None,
     ``policy``: AUTO's settings to replay (``fit_tolerance``, ``predictor_share``, ...;
     the node's defaults for the rest). ``text_head_s``: what the text length head is
     taken to cost a goal (default: as timed here, which varies with this machine's load);
-    ``effects``: the path of a cut-effects table AUTO plans with (default: the shipped one).
+    ``effects``: the path of a cut-effects table AUTO plans with (default: the shipped one);
+    ``per_goal``: each row also lists its goals (item, met share; AUTO's option, P(fit)).
     """
     from timebill_ros.runtime.length_heads import LinearHead
     from timebill_ros.runtime.predictor import SHIPPED_HEAD
@@ -517,6 +519,7 @@ def evaluate(report: dict, policy: dict | None = None,
     effects = policy.pop('effects', None)
     length_head = policy.pop('length_head', None)
     text_head_path = policy.pop('text_head_path', 'text')
+    per_goal = policy.pop('per_goal', False)
     replay = Replay(report)
     if text_head:
         replay.predict_text(text_head_path)
@@ -561,6 +564,9 @@ def evaluate(report: dict, policy: dict | None = None,
                     else:
                         results.append(replay.fixed(strategy, item, budget, machine))
                 rows[strategy] = _row(results)
+                if per_goal:
+                    rows[strategy]['per_goal'] = [_goal(item, result) for item, result
+                                                  in zip(replay.full_s, results)]
             tiers[tier] = rows
         out[machine.name] = {'source': machine.source, 'tiers': tiers}
     traced = out[TRACED]['tiers']
@@ -585,6 +591,14 @@ def _row(results: list) -> dict:
     if len(results[0]) > 2:
         row['choices'] = _count(r[2] for r in results)
     return row
+
+
+def _goal(item: str, result: tuple) -> dict:
+    """Return one goal of a row: its item, met share and (AUTO) option and P(fit)."""
+    goal = {'item': item, 'met': result[0]}
+    if len(result) > 2:
+        goal.update(option=result[2] or 'float32', fit=result[3])
+    return goal
 
 
 def _count(names) -> dict:
