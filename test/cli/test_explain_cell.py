@@ -35,3 +35,13 @@ def test_a_loose_tier_groups_the_goals_under_float32(tmp_path):
     assert '| float32 | 2 |' in (out / 'CELL.md').read_text()
     with pytest.raises(SystemExit, match='no tier'):
         explain_cell.main([str(folder), '--tier', '9x', '--out', str(tmp_path / 'other')])
+
+
+def test_hindsight_counts_each_goal_on_its_best_strategy():
+    goals = [{'met': {'a': 1.0, 'b': 0.0, 'AUTO': 0.0}},
+             {'met': {'a': 0.0, 'b': 0.5, 'AUTO': 1.0}},
+             {'met': {'a': 1.0, 'b': 1.0, 'AUTO': 0.0}}]
+    assert explain_cell.hindsight(goals) == pytest.approx(3.0)
+    assert explain_cell.hindsight(goals, 'a') == pytest.approx(2.0)
+    text = explain_cell.bounds_markdown(['a', 'b', 'AUTO'], goals)
+    assert 'in hindsight: 3.0 met; without a (the most-met fixed choice, 2.0): 2.0.' in text

@@ -6,7 +6,8 @@ jetson-orin-nano --tier 0.3x --out <new folder>`` replays the runs as
 cell's goals by the option AUTO ran: how many, the P(fit) the planner gave them on
 average, and the goals AUTO and each fixed choice met among them (expected, over reruns).
 A cell where AUTO is under a fixed choice then shows which of its choices lost and to
-what. Writes cell.json and CELL.md into a new folder.
+what, and the hindsight bounds say what any choice among the options could have met.
+Writes cell.json and CELL.md into a new folder.
 """
 
 from __future__ import annotations
@@ -56,6 +57,16 @@ def by_option(strategies: list, goals: list) -> dict:
             for option, g in sorted(groups.items(), key=lambda kv: -kv[1]['goals'])}
 
 
+def hindsight(goals: list, without: str | None = None) -> float:
+    """Return the goals met had each goal run its best strategy (leaving ``without`` out).
+
+    An upper bound for any choice among those strategies made before running: what a
+    planner that knew every option's answer would meet.
+    """
+    return sum(max(met for strategy, met in goal['met'].items() if strategy != without)
+               for goal in goals)
+
+
 def markdown(strategies: list, groups: dict, header: str) -> str:
     """Return the cell's table: a row per option AUTO ran, and the whole cell."""
     lines = [header, '',
@@ -73,6 +84,15 @@ def markdown(strategies: list, groups: dict, header: str) -> str:
     lines += ['', 'Met: expected goals met among those AUTO ran on that option, for AUTO '
               'and for each fixed choice on the same goals.']
     return '\n'.join(lines)
+
+
+def bounds_markdown(strategies: list, goals: list) -> str:
+    """Return the hindsight bounds: every strategy, and all but the most-met fixed one."""
+    fixed = {s: sum(goal['met'][s] for goal in goals) for s in strategies if s != 'AUTO'}
+    top = max(fixed, key=fixed.get)
+    return (f'Each goal on its best strategy in hindsight: {hindsight(goals):.1f} met; '
+            f'without {top} (the most-met fixed choice, {fixed[top]:.1f}): '
+            f'{hindsight(goals, top):.1f}.')
 
 
 def main(argv=None) -> int:
@@ -96,7 +116,7 @@ def main(argv=None) -> int:
     (out / 'cell.json').write_text(json.dumps({'profile': args.profile, 'tier': args.tier,
                                                'groups': groups, 'goals': goals},
                                               indent=1) + '\n')
-    text = markdown(strategies, groups, header)
+    text = markdown(strategies, groups, header) + '\n\n' + bounds_markdown(strategies, goals)
     (out / 'CELL.md').write_text(text + '\n', encoding='utf-8')
     print(text)
     return 0
