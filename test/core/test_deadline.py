@@ -1,7 +1,7 @@
 """Kill / Skip-Next rules and deadline_met, on an injected clock."""
 
 from timebill_ros.core.deadline import (
-    after_token, closes_batch, DeadlineClock, finished_outcome, SkipNextTracker, Step)
+    after_token, closes_batch, DeadlineClock, finished_outcome, overran, SkipNext, Step)
 from timebill_ros.core.request import Outcome, OverrunPolicy
 
 
@@ -45,16 +45,31 @@ def test_outcomes_read_the_clock():
 
 
 def test_skip_next_arms_only_on_late_skip_next_goal_with_one_waiting():
-    tracker = SkipNextTracker()
-    tracker.record(OverrunPolicy.KILL, Outcome.COMPLETED, False, 'a', queued=1)
-    assert tracker.take() == ''
-    tracker.record(OverrunPolicy.SKIP_NEXT, Outcome.COMPLETED, True, 'a', queued=1)
-    assert tracker.take() == ''
-    tracker.record(OverrunPolicy.SKIP_NEXT, Outcome.COMPLETED, False, 'a', queued=0)
-    assert tracker.take() == ''
-    tracker.record(OverrunPolicy.SKIP_NEXT, Outcome.COMPLETED, False, 'a', queued=2)
-    assert 'a overran' in tracker.take()
-    assert tracker.take() == ''  # only the next goal is skipped
+    assert not overran(OverrunPolicy.KILL, Outcome.COMPLETED, False)
+    assert not overran(OverrunPolicy.SKIP_NEXT, Outcome.COMPLETED, True)
+    assert not overran(OverrunPolicy.SKIP_NEXT, Outcome.CANCELED, False)
+    assert overran(OverrunPolicy.SKIP_NEXT, Outcome.COMPLETED, False)
+    skip = SkipNext()
+    skip.ended('a', overran=False, waiting=1)
+    assert skip.take() == ''
+    skip.ended('a', overran=True, waiting=0)  # nothing waits: a later goal owes nothing
+    assert skip.take() == ''
+    skip.ended('a', overran=True, waiting=2)
+    assert 'previous goal a overran' in skip.take()
+    assert skip.take() == ''  # only the next goal is skipped
+
+
+def test_skip_next_arms_at_the_first_token_past_the_deadline():
+    skip = SkipNext()
+    skip.overran('long-goal')
+    skip.overran('other')  # one skip at a time: the first overrun pays
+    assert 'previous goal long-goa overran' in skip.take()  # a goal dispatched while it still runs
+    skip.overran('long-goal')
+    skip.ended('long-goal', overran=True, waiting=0)  # ended with nothing waiting: dropped
+    assert skip.take() == ''
+    skip.overran('long-goal')
+    skip.ended('long-goal', overran=True, waiting=1)  # one waits: it is skipped
+    assert 'previous goal long-goa overran' in skip.take()
 
 
 def test_only_skip_next_closes_a_batch():

@@ -11,7 +11,8 @@ from timebill_ros.runtime.llama_engine import (
     calibrate_llama, gguf_variant, LlamaEngine, LlamaModel, LlamaUnavailable, option_name)
 from timebill_ros.runtime.model import embedded_dir, embedded_gguf, prompt_ids
 from timebill_ros.runtime.profiler import Grid
-from timebill_ros.serving.loop import DecodeLoop, generate, Member
+from timebill_ros.serving.loop import DecodeLoop, generate
+from timebill_ros.serving.members import Member
 
 
 @pytest.fixture(scope='module')

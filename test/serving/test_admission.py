@@ -10,7 +10,7 @@ from timebill_ros.core.profile import Profile
 from timebill_ros.core.request import GoalSpec, Mode, Outcome, OverrunPolicy, Rejection
 from timebill_ros.runtime.model import load_model
 from timebill_ros.serving.assembly import Assembly
-from timebill_ros.serving.server import Server
+from timebill_ros.serving.local_executor import local_server
 
 NEEDLE = 'The bay code for dock 7 is 4412.'
 FILLER = ['Forklift {i} returned to the charging row after its shift.',
@@ -40,7 +40,7 @@ def server(loaded, tmp_path, **params):
         'model': 'tiny-random', 'calibrate_on_start': False, 'warm_up': False,
         'length_predictor': 'max-new-tokens', 'auto_precision': '',
         'profile': str(tmp_path / 'p.yaml'), **params})
-    return Server(Assembly(config, loaded, Log()), lambda *args: None, 'edf')
+    return local_server(Assembly(config, loaded, Log()), lambda *args: None, 'edf')
 
 
 def spec(budget_s, mode=Mode.AUTO):
@@ -98,18 +98,18 @@ def test_an_admitted_goal_on_an_unsure_plan_takes_a_reduced_context_worth_more(
     from dataclasses import replace
     node = server(loaded, tmp_path)
     try:
-        admission, pipeline = node.admission, node.pipeline
+        context, pipeline = node.executor.admission.context, node.executor.pipeline
         sure = node.dry_run(spec(600.0))
         assert sure.plan.fit_probability == 1.0 and sure.request.context == CONTEXT
-        with node.dispatch.lock:  # a sure plan is left as it is
-            admission._reduce_if_worth_more(sure, pipeline, 5, False)
+        with node.lock:  # a sure plan is left as it is
+            context.if_worth_more(sure, pipeline, 5, False)
         assert sure.request.context == CONTEXT and not sure.context_note
         # As a 16-bit prefill at P(fit) 0.3 would be: the half context fits surely
         # (P(fit) 1 x fidelity 1 x its measured quality) and is worth more.
         unsure = node.dry_run(spec(600.0))
         unsure.plan = replace(unsure.plan, fit_probability=0.3)
-        with node.dispatch.lock:
-            admission._reduce_if_worth_more(unsure, pipeline, 5, False)
+        with node.lock:
+            context.if_worth_more(unsure, pipeline, 5, False)
         assert NEEDLE in unsure.request.context
         assert len(unsure.request.context) < len(CONTEXT) and unsure.plan.fit_probability == 1
         assert "against the whole context's 0.30" in unsure.context_note
@@ -119,9 +119,9 @@ def test_an_admitted_goal_on_an_unsure_plan_takes_a_reduced_context_worth_more(
         # 0.9 alike to the whole context's in measurement (the shipped likeness).
         likely = node.dry_run(spec(600.0))
         likely.plan = replace(likely.plan, fit_probability=0.9)
-        assert max(admission.context_cut.likeness.values()) < 0.9
-        with node.dispatch.lock:
-            admission._reduce_if_worth_more(likely, pipeline, 5, False)
+        assert max(context.context_cut.likeness.values()) < 0.9
+        with node.lock:
+            context.if_worth_more(likely, pipeline, 5, False)
         assert likely.request.context == CONTEXT and not likely.context_note
         assert likely.plan.fit_probability == 0.9
     finally:

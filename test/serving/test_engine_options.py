@@ -6,7 +6,7 @@ from timebill_ros.core.cut_kinds import CutContext
 from timebill_ros.core.cuts import CutEffects
 from timebill_ros.core.request import Mode, OverrunPolicy, Request
 from timebill_ros.core.timing import TimingModel
-from timebill_ros.serving.admission import on_torch_for_sure
+from timebill_ros.serving.plan_notes import on_torch_for_sure
 from timebill_ros.serving.engine_options import describe_regime
 
 TORCH = TimingModel(0.0, 0.003, 0.2, 0.0, 0.085)

@@ -14,7 +14,8 @@ from timebill_ros.core.execution import GenerationStats, JobRun, PrefillDecision
 from timebill_ros.core.planning import Fallback, Plan
 from timebill_ros.core.request import Mode, Outcome, OverrunPolicy, Rejection, Request
 from timebill_ros.runtime.batch import LaneStep
-from timebill_ros.serving.loop import DecodeLoop, generate, Member
+from timebill_ros.serving.loop import DecodeLoop, generate
+from timebill_ros.serving.members import Member
 
 EOS = -1
 

@@ -1,7 +1,7 @@
 """The vLLM replica client: request bodies, the online timing model, routing (pure parts).
 
 The streaming itself runs against a real `vllm serve` in test/ros/test_node_vllm.py and
-timebill_ros.cli.bench_vllm (results/vllm); the Kill's bound is also checked here against a
+benchmarks/bench_vllm.py (results/vllm); the Kill's bound is also checked here against a
 plain HTTP server that streams slowly.
 """
 
@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from timebill_ros.serving.remote import (
-    deadline_priority, joined, Load, RemoteAnswer, RemoteGoal, ReplicaPool, ReplicaTiming,
-    stream_goal)
+    deadline_priority, joined, RemoteAnswer, RemoteGoal, stream_goal)
+from timebill_ros.serving.replica_pool import Load, ReplicaPool, ReplicaTiming
 
 
 def test_the_body_carries_the_cap_the_priority_and_the_answer_form():

@@ -6,7 +6,8 @@ import pytest
 
 from timebill_ros.core.length import observed_distribution
 from timebill_ros.core.request import Rejection
-from timebill_ros.serving.remote import Load, RemoteAnswer, ReplicaPool
+from timebill_ros.serving.remote import RemoteAnswer
+from timebill_ros.serving.replica_pool import Load, ReplicaPool
 from timebill_ros.serving.remote_admission import (
     chance_after, expected_lengths, fit_probability, LengthBasis, plan_on_pool)
 

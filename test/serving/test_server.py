@@ -16,8 +16,9 @@ from timebill_ros.core.request import GoalSpec, Mode, Outcome, OverrunPolicy, Re
 from timebill_ros.runtime.model import load_model, prompt_ids
 from timebill_ros.serving.assembly import Assembly
 from timebill_ros.serving.jobs import JobHooks
-from timebill_ros.serving.loop import DecodeLoop, generate, Member, Prefilling
-from timebill_ros.serving.server import Server
+from timebill_ros.serving.loop import DecodeLoop, generate
+from timebill_ros.serving.members import Member, Prefilling
+from timebill_ros.serving.local_executor import local_server
 
 
 @pytest.fixture(scope='module')
@@ -31,9 +32,9 @@ def make_server(loaded, scheduler='fifo', queue_length=8):
         'length_predictor': 'max-new-tokens', 'auto_precision': '',
         'queue_length': queue_length, 'scheduler': scheduler})
     finished = []
-    server = Server(Assembly(config, loaded, Log()),
-                    lambda job, result, estimate, error: finished.append((job.key, result)),
-                    scheduler)
+    server = local_server(
+        Assembly(config, loaded, Log()),
+        lambda job, result, estimate, error: finished.append((job.key, result)), scheduler)
     return server, finished
 
 
@@ -74,7 +75,7 @@ def test_every_submitted_goal_finishes_and_is_reported_once(loaded):
 def test_a_queued_kill_goal_ends_at_its_deadline_while_the_model_is_held(loaded):
     server, finished = make_server(loaded, 'edf')
     try:
-        with server.assembly.model_lock:  # the worker holds a goal it cannot run yet
+        with server.executor.assembly.model_lock:  # the worker holds a goal it cannot run yet
             server.submit(server.admit(spec(60.0), 'first'))
             wait_executing(server)
             kill = server.admit(spec(0.5), 'kill')
@@ -99,7 +100,7 @@ def test_edf_runs_the_earliest_deadline_first_while_fifo_keeps_arrival_order(loa
                            ('edf', ['soon', 'first', 'mid', 'late'])):
         server, finished = make_server(loaded, name)
         try:
-            with server.assembly.model_lock:  # the worker waits: all three queue up
+            with server.executor.assembly.model_lock:  # the worker waits: all three queue up
                 jobs = [server.admit(spec(budget), key)
                         for key, budget in (('late', 50.0), ('soon', 20.0), ('mid', 30.0))]
                 blocker = server.admit(spec(25.0), 'first')
@@ -118,7 +119,7 @@ def test_a_queued_goal_is_canceled_at_once_and_a_running_one_at_a_token(loaded):
     try:
         flags = {'running': False}
         started = []
-        with server.assembly.model_lock:
+        with server.executor.assembly.model_lock:
             running = server.admit(spec(tokens=1000, budget=60.0), 'running')
             server.submit(running, JobHooks(cancel_requested=lambda: flags['running']))
             queued = server.admit(spec(), 'queued')
@@ -136,7 +137,7 @@ def test_a_queued_goal_is_canceled_at_once_and_a_running_one_at_a_token(loaded):
 def test_skip_next_skips_the_goal_dispatched_next_under_edf(loaded):
     server, finished = make_server(loaded, 'edf')
     try:
-        with server.assembly.model_lock:
+        with server.executor.assembly.model_lock:
             # Runs first and overruns its deadline with Skip-Next.
             over = server.admit(spec(budget=0.05, tokens=200, policy=OverrunPolicy.SKIP_NEXT),
                                 'overrun')
@@ -159,7 +160,7 @@ def test_skip_next_skips_the_goal_dispatched_next_under_edf(loaded):
 def test_a_full_queue_rejects_with_the_reason_and_held_places_count(loaded):
     server, _ = make_server(loaded, queue_length=2)
     try:
-        with server.assembly.model_lock:
+        with server.executor.assembly.model_lock:
             first = server.admit(spec(), 'a')
             server.submit(first)
             wait_executing(server)
@@ -180,7 +181,7 @@ def synthetic_server(loaded, path, scheduler='edf', **params):
         'model': 'tiny-random', 'calibrate_on_start': False, 'warm_up': False,
         'length_predictor': 'max-new-tokens', 'auto_precision': '', 'profile': str(path),
         'scheduler': scheduler, **params})
-    return Server(Assembly(config, loaded, Log()), lambda *args: None, scheduler)
+    return local_server(Assembly(config, loaded, Log()), lambda *args: None, scheduler)
 
 
 def profiled_server(loaded, tmp_path, make_profile, scheduler, **extra):
@@ -203,7 +204,7 @@ def test_without_the_wait_check_a_goal_is_judged_on_an_idle_node_and_killed_if_l
                              queue_aware_admission=False)
     auto = int(Mode.AUTO)
     try:
-        with server.assembly.model_lock:
+        with server.executor.assembly.model_lock:
             hold_worker(server)
             # 2 s fits 5 tokens on an idle node: accepted although ~4.9 s of work is ahead.
             late = server.admit(GoalSpec('Go.', budget_s=2.0, mode=auto, max_new_tokens=5),
@@ -227,21 +228,21 @@ def test_a_goal_expected_to_miss_yields_before_its_prefill_only_while_others_wai
     server = profiled_server(loaded, tmp_path, synthetic_profile, 'edf')
     auto = int(Mode.AUTO)
     try:
-        with server.assembly.model_lock:  # nothing runs, so the ETE keeps its profile
+        with server.executor.assembly.model_lock:  # nothing runs, so the ETE keeps its profile
             hold_worker(server)
             # Fits alone (8 tokens: ~0.81 s by the ETE): accepted on an idle node.
             late = server.admit(GoalSpec('Go.', budget_s=1.5, mode=auto, max_new_tokens=8),
                                 'late')
             threading.Event().wait(0.9)  # 0.6 s left: it is expected to miss
-            yielding = server.admission.yield_if_late
-            yielding(server.pipeline, late)  # nobody waits: it would run
+            yielding = server.executor.admission.yield_if_late
+            yielding(server.executor.pipeline, late)  # nobody waits: it would run
             server.submit(server.admit(GoalSpec('Go.', budget_s=20.0, mode=auto,
                                                 max_new_tokens=2), 'behind'))
             with pytest.raises(Rejection, match=r'expected 0\.7\d+ s .* with 0\.[0-6]\d* s '
                                                 r'left and 1 goals waiting'):
-                yielding(server.pipeline, late)
-            server.config = replace(server.config, yield_when_late=False)  # (live)
-            yielding(server.pipeline, late)
+                yielding(server.executor.pipeline, late)
+            server.reconfigure(replace(server.config, yield_when_late=False))  # (live)
+            yielding(server.executor.pipeline, late)
     finally:
         server.stop(timeout_s=30.0)
 
@@ -252,7 +253,7 @@ def test_admission_counts_the_expected_wait_and_protects_accepted_goals(loaded, 
                              queue_aware_admission=True)
     auto = int(Mode.AUTO)
     try:
-        with server.assembly.model_lock:
+        with server.executor.assembly.model_lock:
             hold_worker(server)
             # 2 s cannot wait ~4.9 s: refused, with the wait in the reason.
             with pytest.raises(Rejection, match=r'after an expected 4\.\d+ s wait behind 1'):
@@ -277,16 +278,16 @@ def test_admission_lets_an_earlier_deadline_overtake_a_goal_still_prefilling(
     server = profiled_server(loaded, tmp_path, synthetic_profile, 'edf',
                              queue_aware_admission=True)
     auto = int(Mode.AUTO)
-    engine = server.pipeline.engine
+    engine = server.executor.pipeline.engine
     try:
-        with server.assembly.model_lock:
+        with server.executor.assembly.model_lock:
             hold_worker(server)  # 'long': ~4.9 s of work, 60 s budget
             # As the loop holds it while its prompt is prefilled (no chunk run yet).
             loop = DecodeLoop(engine, 1)
             prefill = engine.begin_prefill(prompt_ids(loaded.tokenizer, 'Go.'), Plan())
             loop.prefilling.append(Prefilling(Member('long', None, 50, lambda r: None),
                                               prefill))
-            server.dispatch.loop = loop
+            server.executor.dispatch.loop = loop
             # 2 s fits: it starts between the long prompt's chunks, not after its answer.
             short = server.admit(GoalSpec('Go.', budget_s=2.0, mode=auto, max_new_tokens=5),
                                  'short')
@@ -296,7 +297,7 @@ def test_admission_lets_an_earlier_deadline_overtake_a_goal_still_prefilling(
             with pytest.raises(Rejection, match=r'after an expected [4-9]\.\d+ s wait'):
                 server.admit(GoalSpec('Go.', budget_s=61.0, mode=auto, max_new_tokens=600),
                              'later')
-            server.dispatch.loop = None
+            server.executor.dispatch.loop = None
             prefill.abandon()
         assert short.done.wait(30.0)
     finally:
@@ -322,7 +323,7 @@ def test_the_plan_service_answers_as_admission_does_with_goals_waiting(
              'pusher': GoalSpec('Go.', budget_s=5.9, mode=none, max_new_tokens=10),
              'patient': GoalSpec('Go.', budget_s=30.0, mode=auto, max_new_tokens=10)}
     try:
-        with server.assembly.model_lock:
+        with server.executor.assembly.model_lock:
             hold_worker(server)
             server.submit(server.admit(GoalSpec('Go.', budget_s=6.0, mode=auto,
                                                 max_new_tokens=5), 'fits'))
@@ -336,7 +337,7 @@ def test_the_plan_service_answers_as_admission_does_with_goals_waiting(
                     server.submit(job)
             # The queue decided: the wait refused one, protecting 'fits' another.
             assert answers == [False, False, True]
-            assert not server.dispatch.held  # a dry run holds no place
+            assert not server.held  # a dry run holds no place
     finally:
         server.stop(timeout_s=30.0)
 
@@ -358,9 +359,9 @@ def test_batched_goals_join_leave_and_answer_as_they_would_alone(loaded):
     config = NodeConfig.from_dict({
         'model': 'tiny-random', 'calibrate_on_start': False, 'warm_up': False,
         'length_predictor': 'max-new-tokens', 'auto_precision': '', 'max_batch': 4})
-    batched = Server(Assembly(config, loaded, Log()), lambda *args: None)
+    batched = local_server(Assembly(config, loaded, Log()), lambda *args: None)
     try:
-        with batched.assembly.model_lock:  # all four queue, then join the first one
+        with batched.executor.assembly.model_lock:  # all four queue, then join the first one
             jobs = [batched.admit(GoalSpec(text, budget_s=60.0, mode=int(Mode.NONE),
                                            max_new_tokens=6 + i), f'b{i}')
                     for i, text in enumerate(prompts)]
@@ -373,7 +374,7 @@ def test_batched_goals_join_leave_and_answer_as_they_would_alone(loaded):
         # Each leaves when its own answer ends (6, 7, 8, 9 tokens).
         assert [job.result.tokens for job in jobs] == [6, 7, 8, 9]
         # A goal killed at its deadline leaves the batch; the others carry on.
-        with batched.assembly.model_lock:
+        with batched.executor.assembly.model_lock:
             long = batched.admit(GoalSpec('Go on.', budget_s=60.0, mode=int(Mode.NONE),
                                           max_new_tokens=400), 'long')
             short = batched.admit(GoalSpec('Go on.', budget_s=0.3, mode=int(Mode.NONE),
@@ -400,7 +401,7 @@ def test_admission_plans_a_goal_on_the_steps_of_the_batch_it_joins(loaded, tmp_p
     server = batch_server(loaded, tmp_path, synthetic_profile)
     auto = int(Mode.AUTO)
     try:
-        with server.assembly.model_lock:
+        with server.executor.assembly.model_lock:
             # 50 tokens alone: 4.91 s by the ETE; 5.5 s leaves it 0.6 s to spare.
             edge = server.admit(GoalSpec('Go.', budget_s=5.5, mode=auto, max_new_tokens=50),
                                 'edge')
@@ -414,7 +415,7 @@ def test_admission_plans_a_goal_on_the_steps_of_the_batch_it_joins(loaded, tmp_p
         server.stop(timeout_s=30.0)
     server = batch_server(loaded, tmp_path, synthetic_profile)
     try:
-        with server.assembly.model_lock:
+        with server.executor.assembly.model_lock:
             hold_worker(server)
             # No wait (a slot is free), but 19 steps of a batch of 2: 0.01 + 19 x 0.12 s.
             joins = server.admit(GoalSpec('Go.', budget_s=10.0, mode=auto,
@@ -431,7 +432,7 @@ def test_admission_plans_a_goal_on_the_steps_of_the_batch_it_joins(loaded, tmp_p
         # The batched steps that ran were scored against the profiled batch model.
         extra = server.status()[1]
         assert extra['max_batch'] == 4 and extra['ete_batch_step_mape_pct'] > 0.0
-        assert server.pipeline.batch.errors
+        assert server.executor.pipeline.batch.errors
     finally:
         server.stop(timeout_s=30.0)
 
@@ -440,9 +441,9 @@ def test_under_batching_a_skip_next_goal_decodes_alone_and_skips_the_next(loaded
     config = NodeConfig.from_dict({
         'model': 'tiny-random', 'calibrate_on_start': False, 'warm_up': False,
         'length_predictor': 'max-new-tokens', 'auto_precision': '', 'max_batch': 4})
-    server = Server(Assembly(config, loaded, Log()), lambda *args: None)
+    server = local_server(Assembly(config, loaded, Log()), lambda *args: None)
     try:
-        with server.assembly.model_lock:
+        with server.executor.assembly.model_lock:
             over = server.admit(spec(budget=0.05, tokens=200,
                                      policy=OverrunPolicy.SKIP_NEXT), 'overrun')
             server.submit(over)
@@ -458,7 +459,7 @@ def test_under_batching_a_skip_next_goal_decodes_alone_and_skips_the_next(loaded
         assert 'overrun' in after[0].result.reason and 'Skip-Next' in after[0].result.reason
         assert after[1].result.outcome == Outcome.COMPLETED
         # Kill goals still batch: a Kill goal sent the same way joins the running one.
-        with server.assembly.model_lock:
+        with server.executor.assembly.model_lock:
             long = server.admit(spec(budget=60.0, tokens=200), 'long')
             server.submit(long)
             wait_executing(server)
@@ -476,7 +477,7 @@ def test_admission_waits_out_a_running_skip_next_goal_before_any_join(loaded, tm
     for policy in (OverrunPolicy.SKIP_NEXT, OverrunPolicy.KILL):
         server = batch_server(loaded, tmp_path, synthetic_profile)
         try:
-            with server.assembly.model_lock:
+            with server.executor.assembly.model_lock:
                 hold_worker(server, policy)  # 4.91 s by the ETE
                 if policy == OverrunPolicy.SKIP_NEXT:  # no goal may join before it ends
                     with pytest.raises(Rejection, match=r'after an expected 4\.\d+ s wait'):
@@ -495,7 +496,7 @@ def test_a_profile_without_batched_steps_gets_them_measured_and_saved(loaded, tm
     from timebill_ros.core.profile import Profile
     server = batch_server(loaded, tmp_path, synthetic_profile, batch_coefficients=())
     try:
-        model = server.pipeline.batch.model
+        model = server.executor.pipeline.batch.model
         assert model.max_measured == 4
         saved = Profile.load(tmp_path / 'tiny-batch.yaml')
         assert len(saved.batch_coefficients) == 4
@@ -530,7 +531,7 @@ def test_goals_of_two_precisions_share_rounds_and_each_is_killed_on_time(loaded,
             server.submit(job)
             wait_all([job])
             alone[precision] = job.result.text
-        with server.assembly.model_lock:
+        with server.executor.assembly.model_lock:
             # A long int8 goal and a float32 goal that must be killed at 0.3 s: before,
             # the int8 goal decoded alone to its end while the batch waited. The long goal's
             # budget is far beyond its length on any machine: its end is not what is timed.
@@ -566,7 +567,7 @@ def test_goals_of_two_precisions_share_rounds_and_each_is_killed_on_time(loaded,
 def test_close_ends_queued_goals_and_stops_the_running_one_with_the_reason(loaded):
     server, finished = make_server(loaded)
     try:
-        with server.assembly.model_lock:
+        with server.executor.assembly.model_lock:
             running = server.admit(GoalSpec('Go on.', budget_s=60.0, mode=int(Mode.NONE),
                                             max_new_tokens=1000), 'running')
             queued = server.admit(spec(), 'queued')
@@ -635,7 +636,7 @@ def test_a_goal_refused_in_its_prefill_runs_anyway_only_when_none_waits(
                                 length_predictor=str(tmp_path / 'head.npz'), **params)
     server = make()
     try:
-        with server.assembly.model_lock:
+        with server.executor.assembly.model_lock:
             first = goal(server, 'first')
             server.submit(first)
             wait_executing(server)
@@ -740,9 +741,9 @@ def test_the_length_predictor_is_skipped_when_its_cost_would_eat_the_budget(
         loaded, tmp_path, synthetic_profile):
     server = profiled_server(loaded, tmp_path, synthetic_profile, 'edf', predictor_share=0.25)
     auto = int(Mode.AUTO)
-    assert getattr(server.predictor, 'distribution', None) is None
+    assert getattr(server.executor.predictor, 'distribution', None) is None
     try:
-        server.admission.predict_s = 1.0  # as measured on a slow machine
+        server.executor.admission.length.predict_s = 1.0  # as measured on a slow machine
         server.learning.typical_tokens = 7.0
         tight = server.dry_run(GoalSpec('Go.', budget_s=2.0, mode=auto, max_new_tokens=50))
         assert 'length predictor skipped' in tight.plan.note, tight.plan.note
@@ -758,7 +759,8 @@ def test_the_length_predictor_is_skipped_when_its_cost_would_eat_the_budget(
         assert tight.plan.worst_case_tokens == 50
         roomy = server.dry_run(GoalSpec('Go.', budget_s=10.0, mode=auto, max_new_tokens=50))
         assert 'length predictor' not in roomy.plan.note and roomy.plan.predicted_tokens == 50
-        assert server.admission.predict_s < 1.0  # the run just measured joins the mean
+        # The run just measured joins the mean.
+        assert server.executor.admission.length.predict_s < 1.0
     finally:
         server.stop(timeout_s=30.0)
 
@@ -772,19 +774,20 @@ def test_a_skipped_length_predictor_gives_way_to_the_text_head_when_that_fits(
     try:
         # The shipped head was distilled from the embedded model, not this tiny one: set
         # it directly (the rule under test is admission's, not the head's accuracy).
-        assert server.assembly.text_predictor is None
-        server.assembly.text_predictor = text = text_predictor('text')
-        server.admission.predict_s = 1.0  # the torch head: over 25 % of 2 s
+        assert server.executor.assembly.text_predictor is None
+        server.executor.assembly.text_predictor = text = text_predictor('text')
+        server.executor.admission.length.predict_s = 1.0  # the torch head: over 25 % of 2 s
         job = server.dry_run(goal)
         plan = job.plan
         assert plan.predictor == text.name, plan.note
         assert f'{text.name} predicted {plan.predicted_tokens} tokens' in plan.note
         job.expected_wait_s = -1.0  # it waited longer than admission expected: re-planned
-        replanned, _ = server.admission.plan_at_start(server.pipeline, job)
+        replanned, _ = server.executor.admission.plan_at_start(server.executor.pipeline, job)
         assert 're-planned at dispatch' in replanned.note  # and still says its length basis
         assert f'{text.name} predicted {plan.predicted_tokens} tokens' in replanned.note
-        assert 0 < server.admission.text_s < 0.5  # measured, as the torch head's cost is
-        server.admission.text_s = 1.0  # too costly as well: the recent answers decide
+        length = server.executor.admission.length
+        assert 0 < length.text_s < 0.5  # measured, as the torch head's cost is
+        length.text_s = 1.0  # too costly as well: the recent answers decide
         plan = server.dry_run(goal).plan
         assert plan.predictor != text.name and 'length predictor skipped' in plan.note
     finally:
@@ -829,7 +832,7 @@ def test_a_goal_killed_in_prefill_teaches_the_ete_its_prefilled_tokens(
         result = job.result
         assert result.outcome == Outcome.KILLED and 'during prefill' in result.reason
         assert 0 < result.prefill_tokens < len(job.prompt_ids) and result.prefill_s > 0
-        samples = server.pipeline.online.prefill_samples
+        samples = server.executor.pipeline.online.prefill_samples
         assert (result.prefill_tokens, result.prefill_s) in list(samples)
     finally:
         server.stop(timeout_s=30.0)
@@ -846,9 +849,9 @@ def test_a_schema_goal_is_planned_on_its_schemas_shortest_and_earlier_answers(
         return server.dry_run(GoalSpec('Go.', budget_s=budget_s, mode=int(Mode.AUTO),
                                        max_new_tokens=50, json_schema=json_schema)).plan
     try:
-        compiled = server.grammars.compile(schema)
-        shortest = server.grammars.shortest_answer(compiled)
-        server.admission.predict_s = 1.0  # the predictor is skipped at 2 s ...
+        compiled = server.executor.grammars.compile(schema)
+        shortest = server.executor.grammars.shortest_answer(compiled)
+        server.executor.admission.length.predict_s = 1.0  # the predictor is skipped at 2 s ...
         server.learning.typical_tokens = 2.0  # ... for a running mean no schema answer fits
         tight = plan(2.0)
         assert tight.predicted_tokens == shortest > 2, tight.note
@@ -895,7 +898,7 @@ def test_a_goal_refused_at_admission_runs_as_best_effort_only_on_an_idle_node(
         server.stop(timeout_s=30.0)
     busy = profiled_server(loaded, tmp_path, synthetic_profile, 'edf')
     try:
-        with busy.assembly.model_lock:
+        with busy.executor.assembly.model_lock:
             hold_worker(busy)  # a goal runs: the node is not idle, others need it
             with pytest.raises(Rejection, match='cannot meet the deadline'):
                 busy.admit(spec(), 'busy')

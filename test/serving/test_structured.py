@@ -11,7 +11,7 @@ from timebill_ros.core.output import StopReason
 from timebill_ros.core.request import GoalSpec, Mode, Outcome, Rejection
 from timebill_ros.runtime.model import load_model
 from timebill_ros.serving.assembly import Assembly
-from timebill_ros.serving.server import Server
+from timebill_ros.serving.local_executor import local_server
 
 SCHEMA = {'type': 'object', 'additionalProperties': False, 'required': ['action', 'why'],
           'properties': {'action': {'enum': ['stop', 'go', 'change_lane']},
@@ -28,7 +28,7 @@ def server(loaded):
     config = NodeConfig.from_dict({
         'model': 'tiny-random', 'calibrate_on_start': False, 'warm_up': False,
         'length_predictor': 'max-new-tokens', 'auto_precision': '', 'max_batch': 4})
-    serving = Server(Assembly(config, loaded, Log()), lambda *args: None)
+    serving = local_server(Assembly(config, loaded, Log()), lambda *args: None)
     yield serving
     serving.stop()
 
@@ -42,7 +42,7 @@ def run(server, specs, key='g', together=False):
     """Submit goals (all queued at once when ``together``) and return their results."""
     jobs = []
     if together:
-        with server.assembly.model_lock:
+        with server.executor.assembly.model_lock:
             jobs = [server.admit(spec, f'{key}{i}') for i, spec in enumerate(specs)]
             for job in jobs:
                 server.submit(job)

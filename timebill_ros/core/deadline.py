@@ -89,21 +89,39 @@ def closes_batch(policy: OverrunPolicy) -> bool:
     return policy == OverrunPolicy.SKIP_NEXT
 
 
-class SkipNextTracker:
-    """Remember that a Skip-Next goal overran, so the next queued goal is skipped."""
+class SkipNext:
+    """The one Skip-Next rule, for every executor (local engines and replicas alike).
+
+    A Skip-Next goal past its deadline runs on to its end. It arms the skip at its first
+    token after the deadline (``overran``), or when it completes late (``ended``); the
+    next goal dispatched, while it still runs or after it ends, gives its turn up
+    (``take``). When the late goal ends with no goal waiting, the skip is dropped: a goal
+    that arrives after it ended owes it nothing.
+    """
 
     def __init__(self):
         """Start with nothing to skip."""
-        self._reason = ''
+        self._by = ''  # the key of the goal whose overrun the next dispatch pays for
 
-    def record(self, policy: OverrunPolicy, outcome: Outcome, deadline_met: bool,
-               label: str, queued: int) -> None:
-        """Note a finished goal; arm a skip when a Skip-Next goal overran and one waits."""
-        if (policy == OverrunPolicy.SKIP_NEXT and outcome == Outcome.COMPLETED
-                and not deadline_met and queued > 0):
-            self._reason = f'skipped: previous goal {label} overran its deadline (Skip-Next)'
+    def overran(self, key: str) -> None:
+        """Note that Skip-Next goal ``key`` is still running past its deadline."""
+        if not self._by:
+            self._by = key
+
+    def ended(self, key: str, overran: bool, waiting: int) -> None:
+        """Note the end of goal ``key`` (``overran``: late under Skip-Next); ``waiting`` wait."""
+        if overran and not self._by:
+            self._by = key
+        if self._by == key and waiting == 0:
+            self._by = ''
 
     def take(self) -> str:
         """Return the skip reason for the goal being dispatched, or '' to run it."""
-        reason, self._reason = self._reason, ''
-        return reason
+        by, self._by = self._by, ''
+        return f'skipped: previous goal {by[:8]} overran its deadline (Skip-Next)' if by else ''
+
+
+def overran(policy: OverrunPolicy, outcome: Outcome, deadline_met: bool) -> bool:
+    """Tell whether a finished goal overran under Skip-Next (it completed late)."""
+    return (policy == OverrunPolicy.SKIP_NEXT and outcome == Outcome.COMPLETED
+            and not deadline_met)

@@ -51,6 +51,9 @@ class GenerationStats:
     closure_text: str = ''
     closure_tokens: int = 0
     valid: bool = True
+    # Why a goal was stopped before its deadline when not by its next step's length
+    # (a replica failed and none can stream the rest in time): in the result's reason.
+    stop_why: str = ''
 
     @property
     def decode_s(self) -> float:
@@ -135,10 +138,16 @@ class JobRun:
     """
 
     def __init__(self, request: Request, plan: Plan, clock: DeadlineClock,
-                 cancel_requested: Callable[[], bool], on_feedback: Feedback):
-        """Start the goal's run now (its queue time ends here)."""
+                 cancel_requested: Callable[[], bool], on_feedback: Feedback,
+                 on_overrun: Callable[[], None] | None = None):
+        """Start the goal's run now (its queue time ends here).
+
+        ``on_overrun`` is called once, at the goal's first token past its deadline
+        under Skip-Next (the server's Skip-Next rule arms there).
+        """
         self.request, self.plan, self.clock = request, plan, clock
         self.cancel_requested, self.on_feedback = cancel_requested, on_feedback
+        self.on_overrun = on_overrun
         self.queue_s = clock.elapsed(clock.now())
         self.parts: list = []
         self.last = Step.CONTINUE
@@ -199,11 +208,32 @@ class JobRun:
     def on_token(self, event: TokenEvent) -> bool:
         """Stream a token; return False when the rules stop the goal here."""
         self.parts.append(event.text_delta)
+        if self.on_overrun is not None and self.request.policy == OverrunPolicy.SKIP_NEXT \
+                and self.clock.expired(event.time):
+            overrun, self.on_overrun = self.on_overrun, None
+            overrun()  # before the feedback: a goal dispatched meanwhile is the next one
         self.on_feedback(event, self.clock.elapsed(event.time),
                          self.clock.remaining(event.time), self.plan)
         self.last = after_token(self.request.policy, self.clock, event.time,
                                 self.cancel_requested())
         return self.last == Step.CONTINUE
+
+    def wait_limit(self, longest_s: float) -> float:
+        """Return the latest clock time the goal may wait for its next token.
+
+        Under Kill its deadline; under Skip-Next its deadline plus ``longest_s`` (it may
+        overrun, but not wait forever on a stream that fell silent).
+        """
+        overrun_s = longest_s if self.request.policy == OverrunPolicy.SKIP_NEXT else 0.0
+        return self.clock.deadline + overrun_s
+
+    def silent(self) -> None:
+        """Stop a goal whose next token did not come by ``wait_limit``: Kill, or its cancel."""
+        self.last = Step.CANCEL if self.cancel_requested() else Step.KILL
+
+    def canceled(self) -> None:
+        """Stop a goal whose stream ended on its cancel (or the node's shutdown)."""
+        self.last = Step.CANCEL
 
     @property
     def closes_batch(self) -> bool:
@@ -299,9 +329,10 @@ def _reason(outcome: Outcome, met: bool, stats: GenerationStats, slack: float) -
     if outcome == Outcome.KILLED:
         partial = 'text is complete by the closure' if stats.closure_tokens else \
             'text is partial'
+        why = stats.stop_why or 'its next step would end past it'
         when = (f'at the deadline after {stats.tokens} tokens ({-slack:.3f} s past it)'
                 if slack <= 0 else f'{slack:.3f} s before the deadline after {stats.tokens} '
-                'tokens: its next step would end past it')
+                f'tokens: {why}')
         return f'killed {when}; {partial}{closed}{switched}'
     ending = {'eos': 'end of answer', 'max_tokens': 'max_new_tokens reached',
               'stop_string': 'stop sequence', 'closed': 'closed at the deadline'}.get(

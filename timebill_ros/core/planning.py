@@ -440,7 +440,7 @@ class TimeBillPlanner:
                 cuts.append(cut)
         return cuts, '; '.join(notes)
 
-    def _judge(self, goal: Goal, cut: Cut) -> Option:
+    def judge(self, goal: Goal, cut: Cut) -> Option:
         """Judge a cut: the length it plans for, the tokens that fit and P(answer fits).
 
         A cut that lengthens answers (``length_factor``) plans for that many more
@@ -457,45 +457,12 @@ class TimeBillPlanner:
         errors = self.context.errors_of(cut.precision) \
             if self.settings.count_time_errors else ()
         if not errors:
-            pairs = [self._fit_probability(goal, effect, worst, fits)]
+            pairs = [answer_fit_probability(goal, effect, worst, fits)]
         else:  # the answer fits when it does at the speed the option runs at
-            pairs = [self._fit_probability(goal, effect, worst,
-                                           self._fits_at(goal, cut, wcet, worst, ratio))
-                     for ratio in errors]
+            pairs = [answer_fit_probability(goal, effect, worst, fits_at_ratio(
+                self.context, goal, cut, wcet, worst, ratio)) for ratio in errors]
         probability, hedged = (sum(column) / len(pairs) for column in zip(*pairs))
         return Option(cut, worst, fits, probability, effect.quality, wcet, hedged)
-
-    def _fits_at(self, goal: Goal, cut: Cut, wcet: float, worst: int, ratio: float) -> int:
-        """Return the tokens that fit when the option runs ``ratio`` times its estimate."""
-        if wcet * ratio <= goal.target and goal.hedge <= 0.0:
-            return worst
-        return tokens_that_fit(self.context, replace(goal, target=goal.target / ratio), cut)
-
-    @staticmethod
-    def _fit_probability(goal: Goal, effect, worst: int, fits: int) -> tuple:
-        """Return P(the answer ends within ``fits`` tokens), plain and hedged.
-
-        Admission reads the plain one. The hedged one, which the choice among options
-        compares, reads ``goal.hedge`` of it from the lengths seen with no prediction: a
-        goal the predictor misjudges (a status report predicted at 32 tokens that runs to
-        128) then does not make a slow option that fits only its plan look sure.
-        """
-        if fits >= goal.cap:
-            return 1.0, 1.0  # the answer stops at max_new_tokens
-        # The full model's lengths whose answer under the cut fits, one per measured ratio.
-        within = effect.full_lengths_within(fits)
-
-        def prob(dist) -> float:
-            return sum(dist.prob_at_most(n, goal.predicted) for n in within) / len(within)
-        if fits >= worst:
-            plain = 1.0  # the planned length fits
-        elif goal.dist is not None:
-            plain = prob(goal.dist)
-        else:
-            return 0.0, 0.0
-        if goal.hedge <= 0.0 or goal.unpredicted is None:
-            return plain, plain
-        return plain, (1.0 - goal.hedge) * plain + goal.hedge * prob(goal.unpredicted)
 
     def _hybrid(self, goal: Goal, low: Option) -> Option | None:
         """Judge full precision with a switch to ``low``'s precision when time runs short.
@@ -551,42 +518,12 @@ class TimeBillPlanner:
         options = []
         for candidate in cuts:
             for cut in candidate.concrete(self.context, goal, solve):
-                option = self._judge(goal, cut)
+                option = self.judge(goal, cut)
                 hybrid = self._hybrid(goal, option) \
                     if switch and isinstance(cut, Precision) and cut.alpha == 0.0 else None
                 options += [hybrid] if hybrid is not None else []
                 options.append(option)
         return options
-
-    def _per_token(self, request: Request, goal: Goal, chosen: Option) -> tuple:
-        """Check the per-token deadline; return (option, P99 s per token, utilisation).
-
-        AUTO may switch to early exit when full depth is too slow per token; raise
-        Rejection when the goal cannot be scheduled.
-        """
-        deadline = request.token_deadline_s
-        if deadline <= 0.0:
-            return chosen, 0.0, 0.0
-        settings, cut = self.settings, chosen.cut
-        last_kv = (1.0 - cut.alpha) * goal.n_x + chosen.worst - 1
-
-        def p99_for(at: Cut) -> float:
-            return p99_tpot_estimate(at.step_s(self.context, goal.model, last_kv),
-                                     settings.tpot_jitter)
-        p99 = p99_for(cut)
-        ok, utilisation = schedulable(p99, deadline)
-        if not ok and request.mode == Mode.AUTO and self.context.early_exit is not None and \
-                settings.auto_early_exit and cut.mode != Mode.EARLY_EXIT:
-            cut = EarlyExit(cut.alpha)  # full depth is too slow per token
-            p99 = p99_for(cut)
-            ok, utilisation = schedulable(p99, deadline)
-            chosen = self._judge(goal, cut)
-        if not ok:
-            raise Rejection(
-                f'not schedulable: estimated P99 time per token {p99 * 1e3:.1f} ms > '
-                f'per-token deadline {deadline * 1e3:.1f} ms (U = {utilisation:.2f}, mode '
-                f'{cut.mode.name}, KV up to {last_kv:.0f} tokens)')
-        return chosen, p99, utilisation
 
     def _reserve(self, request: Request, goal: Goal, cut: Cut, worst: int) -> Fallback | None:
         """Return the switch rule a full-precision AUTO plan keeps in reserve (or None).
@@ -636,7 +573,7 @@ class TimeBillPlanner:
         note, worst = explain(self.context, settings, note, chosen, options), chosen.worst
         # The per-token deadline first: it may switch AUTO to early exit, and the
         # estimate below must be the one of the mode that runs.
-        chosen, p99, utilisation = self._per_token(request, goal, chosen)
+        chosen, p99, utilisation = per_token_check(self, request, goal, chosen)
         cut, wcet, fits, fit = chosen.cut, chosen.wcet, chosen.fits, chosen.probability
         prefill = cut.prefill_s(self.context, model, prompt_tokens)
         plan = Plan(
@@ -667,3 +604,68 @@ class TimeBillPlanner:
                 f'{settings.admit_probability:g}; estimated worst case {wcet:.3f} s for '
                 f'{worst} tokens (prompt {prompt_tokens} tokens)', plan)
         return plan
+
+
+def fits_at_ratio(context: CutContext, goal: Goal, cut: Cut, wcet: float, worst: int,
+                  ratio: float) -> int:
+    """Return the tokens that fit when the option runs ``ratio`` times its estimate."""
+    if wcet * ratio <= goal.target and goal.hedge <= 0.0:
+        return worst
+    return tokens_that_fit(context, replace(goal, target=goal.target / ratio), cut)
+
+
+def answer_fit_probability(goal: Goal, effect, worst: int, fits: int) -> tuple:
+    """Return P(the answer ends within ``fits`` tokens), plain and hedged.
+
+    Admission reads the plain one. The hedged one, which the choice among options
+    compares, reads ``goal.hedge`` of it from the lengths seen with no prediction: a
+    goal the predictor misjudges (a status report predicted at 32 tokens that runs to
+    128) then does not make a slow option that fits only its plan look sure.
+    """
+    if fits >= goal.cap:
+        return 1.0, 1.0  # the answer stops at max_new_tokens
+    # The full model's lengths whose answer under the cut fits, one per measured ratio.
+    within = effect.full_lengths_within(fits)
+
+    def prob(dist) -> float:
+        return sum(dist.prob_at_most(n, goal.predicted) for n in within) / len(within)
+    if fits >= worst:
+        plain = 1.0  # the planned length fits
+    elif goal.dist is not None:
+        plain = prob(goal.dist)
+    else:
+        return 0.0, 0.0
+    if goal.hedge <= 0.0 or goal.unpredicted is None:
+        return plain, plain
+    return plain, (1.0 - goal.hedge) * plain + goal.hedge * prob(goal.unpredicted)
+
+
+def per_token_check(planner, request: Request, goal: Goal, chosen: Option) -> tuple:
+    """Check the per-token deadline; return (option, P99 s per token, utilisation).
+
+    AUTO may switch to early exit when full depth is too slow per token; raise
+    Rejection when the goal cannot be scheduled.
+    """
+    deadline = request.token_deadline_s
+    if deadline <= 0.0:
+        return chosen, 0.0, 0.0
+    settings, cut, context = planner.settings, chosen.cut, planner.context
+    last_kv = (1.0 - cut.alpha) * goal.n_x + chosen.worst - 1
+
+    def p99_for(at: Cut) -> float:
+        return p99_tpot_estimate(at.step_s(context, goal.model, last_kv),
+                                 settings.tpot_jitter)
+    p99 = p99_for(cut)
+    ok, utilisation = schedulable(p99, deadline)
+    if not ok and request.mode == Mode.AUTO and context.early_exit is not None and \
+            settings.auto_early_exit and cut.mode != Mode.EARLY_EXIT:
+        cut = EarlyExit(cut.alpha)  # full depth is too slow per token
+        p99 = p99_for(cut)
+        ok, utilisation = schedulable(p99, deadline)
+        chosen = planner.judge(goal, cut)
+    if not ok:
+        raise Rejection(
+            f'not schedulable: estimated P99 time per token {p99 * 1e3:.1f} ms > '
+            f'per-token deadline {deadline * 1e3:.1f} ms (U = {utilisation:.2f}, mode '
+            f'{cut.mode.name}, KV up to {last_kv:.0f} tokens)')
+    return chosen, p99, utilisation

@@ -1,7 +1,7 @@
 """The managed (lifecycle) timebill node: configure loads, activate serves, cleanup frees.
 
 ``python -m timebill_ros.ros.node --managed`` runs it; it serves through the same
-interfaces as the plain node (ros/node.py).
+interfaces as the plain node (ros/interfaces.py).
 """
 
 from __future__ import annotations
@@ -13,9 +13,12 @@ from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 
 from timebill_ros.ros import parameters
 from timebill_ros.ros.heap import release_heap
-from timebill_ros.ros.node import build, Interfaces, read_parameters, RELEASE_WAIT_S
+from timebill_ros.ros.interfaces import build, Interfaces, read_parameters
 from timebill_ros.runtime.model import load_model, ModelLoadError
 from timebill_ros.serving.server import Server
+
+# A shutdown waits this long for the goals it ended to deliver their results.
+RELEASE_WAIT_S = 10.0
 
 
 class TimebillLifecycleNode(LifecycleNode):

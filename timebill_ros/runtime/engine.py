@@ -1,7 +1,7 @@
-"""The local torch backend: prefill one prompt, decode lanes of sequences, pick tokens.
+"""The local torch engine: prefill one prompt, decode lanes of sequences, pick tokens.
 
 The serving loop (serving/loop.py) is the only token loop; it drives this engine
-through the backend interface (serving/backend.py): ``prefill`` a prompt under its
+through the engine interface (serving/engine_interface.py): ``prefill`` a prompt under its
 plan's press, a ``lane`` per precision (or early exit) that steps its sequences
 together, ``pick`` the token from (possibly masked) logits, and the KV operations it
 offers listed in ``capabilities``.

@@ -100,7 +100,7 @@ class Assembly:
         self.decode_threads: dict = {}  # precision -> intra-op threads of its decode steps
         if config.warm_up:
             self.engine().warm_up(press=config.press)
-        self.decode_threads = self._decode_threads(probed)
+        self.decode_threads = decode_threads_of(self, probed)
         self.llama = llama_engines(config, loaded, log)  # option -> LlamaEngine
         self.online_engines: dict = {}  # option -> its OnlineTimingModel (set by start)
         self.predictor = artifacts.length_predictor(log, config.length_predictor, loaded,
@@ -126,35 +126,6 @@ class Assembly:
     def threads(self, loaded) -> int:
         """Return the decode intra-op threads chosen for one resident model (0: as is)."""
         return self.decode_threads.get(loaded.dtype, 0)
-
-    def _decode_threads(self, probed: dict) -> dict:
-        """Return {precision: decode threads}: the parameter, or probed when it is -1.
-
-        ``probed`` holds step times per thread count already measured for a precision
-        (by the int8 pick); those precisions are not timed again.
-        """
-        setting = self.config.decode_threads
-        models = {self.loaded.dtype: self.loaded, **self.variants}
-        if setting >= 0:
-            return {precision: setting for precision in models}
-        chosen = {}
-        for precision, loaded in models.items():
-            path = self.profile_path if loaded is self.loaded else \
-                self.variant_profile_path(precision)
-            keep = artifacts.stored_threads(self.log, path, loaded)
-            times = probed.get(precision)
-            if times:
-                best = fewest_threads(times, keep=keep)
-            else:
-                with self.model_lock:
-                    best, times = fastest_threads(loaded, keep=keep)
-            chosen[precision] = best
-            self.log.info(f'{precision} decode steps: ' + ', '.join(
-                f'{n} thread(s) {t * 1e3:.1f} ms' for n, t in times.items()) +
-                f': decoding with {best}' +
-                (' (timed by the int8 pick, best of two rounds)' if precision in probed
-                 else ''))
-        return chosen
 
     # -- parts that live as long as the model ------------------------------------------
 
@@ -387,6 +358,36 @@ class Assembly:
         return Pipeline(planner, limits, engine, config.max_batch, online,
                         dict(online_variants), early_exit, self._batch_from(profile),
                         dict(self.online_engines))
+
+
+def decode_threads_of(assembly, probed: dict) -> dict:
+    """Return {precision: decode threads} of ``assembly``: the parameter, or probed at -1.
+
+    ``probed`` holds step times per thread count already measured for a precision
+    (by the int8 pick); those precisions are not timed again.
+    """
+    setting = assembly.config.decode_threads
+    models = {assembly.loaded.dtype: assembly.loaded, **assembly.variants}
+    if setting >= 0:
+        return {precision: setting for precision in models}
+    chosen = {}
+    for precision, loaded in models.items():
+        path = assembly.profile_path if loaded is assembly.loaded else \
+            assembly.variant_profile_path(precision)
+        keep = artifacts.stored_threads(assembly.log, path, loaded)
+        times = probed.get(precision)
+        if times:
+            best = fewest_threads(times, keep=keep)
+        else:
+            with assembly.model_lock:
+                best, times = fastest_threads(loaded, keep=keep)
+        chosen[precision] = best
+        assembly.log.info(f'{precision} decode steps: ' + ', '.join(
+            f'{n} thread(s) {t * 1e3:.1f} ms' for n, t in times.items()) +
+            f': decoding with {best}' +
+            (' (timed by the int8 pick, best of two rounds)' if precision in probed
+             else ''))
+    return chosen
 
 
 def _time_errors(etes: dict):

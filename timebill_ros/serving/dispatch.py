@@ -1,49 +1,46 @@
-"""Dispatch: the queue under its scheduler, the worker thread, Skip-Next, cancel and shutdown.
+"""Dispatch: the local engines' queue under its scheduler, the worker thread, the expiry watch.
 
 One worker thread owns the model: it takes the next goal and runs it in the decode
 loop (serving/loop.py), which takes further goals in at token boundaries while it
 has room (``max_batch``), or a goal that overtakes a long prefill. An expiry watch
-ends queued Kill goals at their deadlines. Everything else touches only the queue,
-under one lock, with timed waits.
+ends queued Kill goals at their deadlines. The server (serving/server.py) owns the
+job table, Skip-Next and every result; everything here touches only the queue, under
+the server's lock, with timed waits.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 import math
 import threading
 import time
-from typing import Callable
 
-from timebill_ros.core.deadline import SkipNextTracker
 from timebill_ros.core.execution import ended_before_start, JobResult, JobRun
 from timebill_ros.core.request import Outcome, OverrunPolicy, Rejection
 from timebill_ros.core.scheduling import make_scheduler
 from timebill_ros.runtime.choosing import TokenChooser
-from timebill_ros.serving.jobs import Job, JobHooks
-from timebill_ros.serving.loop import DecodeLoop, Member
+from timebill_ros.serving.jobs import Job
+from timebill_ros.serving.loop import DecodeLoop
+from timebill_ros.serving.members import Member
 
 WORKER_POLL_S = 0.2
 EXPIRY_POLL_S = 1.0  # the expiry watch also wakes when a goal is queued
 
 
 class Dispatch:
-    """Hold admitted goals, order them, and run them on the worker thread."""
+    """Order the local engines' admitted goals and run them on the worker thread."""
 
-    def __init__(self, server, scheduler: str, capacity: int,
-                 finish: Callable[[Job, JobResult], None]):
-        """Queue up to ``capacity`` goals under ``scheduler``; ``finish`` gets each result."""
-        self.server, self.finish = server, finish
-        self.lock = threading.Lock()
+    def __init__(self, executor, lifecycle, scheduler: str, capacity: int):
+        """Queue up to ``capacity`` goals under ``scheduler`` for ``executor``.
+
+        ``lifecycle`` (the Server) owns the job table and the lock; it gets each result.
+        """
+        self.server, self.lifecycle = executor, lifecycle
+        self.lock = lifecycle.lock
         self._work = threading.Condition(self.lock)
         self.queue = make_scheduler(scheduler, capacity)
-        self.held: dict = {}  # admitted, place reserved, not yet queued
-        self.jobs: dict = {}  # queued, running or finished and not yet collected
-        self.running: dict = {}  # key -> (job, started at)
-        self._skip = SkipNextTracker()
+        self.running: dict = {}  # key -> (job, started at), taken by the worker
         self.loop: DecodeLoop | None = None  # the worker's loop while it runs
         self._stopping = False
-        self.closing = ''  # why no goal is taken any more (a shutdown), '' while serving
         self._queued = threading.Condition(self.lock)  # wakes the expiry watch
         self._worker = threading.Thread(target=self._work_loop, name='timebill-worker',
                                         daemon=True)
@@ -52,7 +49,12 @@ class Dispatch:
                                         daemon=True)
         self._expiry.start()
 
-    # -- the queue ------------------------------------------------------------------------
+    # -- the queue (the server's lock held) -------------------------------------------------
+
+    @property
+    def held(self) -> dict:
+        """Return the goals admitted and not yet started (the server's)."""
+        return self.lifecycle.held
 
     def check_room_locked(self) -> None:
         """Raise Rejection when no goal can wait (lock held)."""
@@ -62,84 +64,42 @@ class Dispatch:
                 f'queue full ({waiting} goals waiting, queue_length {self.queue.capacity})')
 
     def reorder(self, scheduler: str, capacity: int) -> None:
-        """Order the waiting goals by ``scheduler`` from now on, up to ``capacity`` of them.
+        """Order the waiting goals by ``scheduler`` from now on, up to ``capacity`` (lock held).
 
         A smaller bound refuses new goals until the queue drains below it; none waiting
         is dropped.
         """
-        with self.lock:
-            queue = make_scheduler(scheduler, max(capacity, len(self.queue)))
-            for job in self.queue:
-                queue.push(job, job.waiting())
-            queue.capacity = capacity
-            self.queue = queue
+        queue = make_scheduler(scheduler, max(capacity, len(self.queue)))
+        for job in self.queue:
+            queue.push(job, job.waiting())
+        queue.capacity = capacity
+        self.queue = queue
 
     def waiting(self) -> int:
-        """Count the goals queued."""
+        """Count the goals queued (takes the lock)."""
         with self.lock:
             return len(self.queue)
 
-    def start(self, key: str, hooks: JobHooks, keep: bool) -> Job:
-        """Queue a held job with its caller's hooks (``keep``: until ``forget``).
+    def enqueue(self, job: Job) -> None:
+        """Queue an admitted job and wake the worker (lock held)."""
+        self.queue.push(job, job.waiting())
+        self._work.notify()
+        self._queued.notify()
 
-        A job held while the server began closing ends at once (FAILED, with why).
+    def unqueue(self, job: Job) -> bool:
+        """Take a job out of the queue if it still waits (lock held); return whether."""
+        return self.queue.remove(job)
+
+    def drain(self) -> list:
+        """Take every waiting job out of the queue (lock held) and return them.
+
+        A running goal stops at its next token (the server's closing is in its stop rule).
         """
-        with self.lock:
-            job = self.held.pop(key)
-            job.hooks, job.keep = hooks, keep
-            closing = self.closing
-            self.jobs[job.key] = job
-            if not closing:
-                self.queue.push(job, job.waiting())
-                self.server.learning.accepted()
-                self._work.notify()
-                self._queued.notify()
-        if closing:
-            hooks.on_start()
-            self.finish(job, ended_before_start(job.clock, Outcome.FAILED,
-                                                f'{closing} before it started', job.plan))
-        return job
-
-    def job(self, key: str) -> Job | None:
-        """Return a queued, running or uncollected job."""
-        with self.lock:
-            return self.jobs.get(key)
-
-    def forget(self, key: str) -> None:
-        """Drop a finished job whose result was delivered."""
-        with self.lock:
-            self.jobs.pop(key, None)
-
-    def cancel(self, key: str) -> bool:
-        """End a job now if it is still queued; return whether it was.
-
-        A running job sees its caller's cancel request at the next token boundary.
-        """
-        with self.lock:
-            job = self.jobs.get(key)
-            queued = job is not None and self.queue.remove(job)
-        if queued:
-            job.hooks.on_start()
-            self.finish(job, ended_before_start(job.clock, Outcome.CANCELED,
-                                                'canceled while queued', job.plan))
-        return queued
-
-    def close(self, reason: str) -> int:
-        """Refuse new goals, end the queued ones (FAILED, ``reason``); return how many.
-
-        A running goal stops at its next token (its stop rule polls ``closing``).
-        """
-        with self.lock:
-            self.closing = reason or 'the node is shutting down'
-            queued = list(self.queue)
-            for job in queued:
-                self.queue.remove(job)
-            self._work.notify_all()
+        queued = list(self.queue)
         for job in queued:
-            job.hooks.on_start()
-            self.finish(job, ended_before_start(job.clock, Outcome.FAILED,
-                                                f'{self.closing} before it started', job.plan))
-        return len(queued)
+            self.queue.remove(job)
+        self._work.notify_all()
+        return queued
 
     @property
     def overtakes_prefills(self) -> bool:
@@ -159,11 +119,6 @@ class Dispatch:
         loop = self.loop
         entries = list(loop.prefilling) if loop is not None else []
         return {entry.member.key: entry.prefill.tokens_done for entry in entries}
-
-    def settled(self) -> bool:
-        """Tell whether no goal runs, waits or has a result left to collect."""
-        with self.lock:
-            return not (self.running or self.held or len(self.queue) or self.jobs)
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the worker thread (the running goals end first)."""
@@ -199,9 +154,9 @@ class Dispatch:
                     continue
             for job in expired:
                 job.hooks.on_start()
-                self.finish(job, JobRun(job.request, job.plan, job.clock,
-                                        job.cancel_requested, job.hooks.on_feedback
-                                        ).before_start())
+                self.lifecycle.finish(job, JobRun(job.request, job.plan, job.clock,
+                                                  job.cancel_requested, job.hooks.on_feedback
+                                                  ).before_start())
 
     # -- the worker -----------------------------------------------------------------------
 
@@ -221,27 +176,15 @@ class Dispatch:
                                        next(iter(self.queue)).clock.deadline >= before):
                 return None
             job = self.queue.pop()
-            job.stop_requested = self._stop_requested(job)
-            # Skip-Next skips the job dispatched next, whatever the ordering.
-            skip_reason = self._skip.take()
+            skip_reason = self.lifecycle.dispatched(job)
             self.running[job.key] = (job, time.monotonic())
         job.hooks.on_start()
         return job, skip_reason
 
-    def _stop_requested(self, job: Job):
-        """Return what a running job polls at each token: its caller's cancel, or closing."""
-        return lambda: bool(self.closing) or job.cancel_requested()
-
     def _done(self, job: Job, result: JobResult) -> None:
-        if self.closing and result.outcome == Outcome.CANCELED and not job.cancel_requested():
-            # Stopped by the shutdown, not by its caller: say so.
-            result = replace(result, outcome=Outcome.FAILED, deadline_met=False, reason=(
-                f'{self.closing}: stopped after {result.tokens} tokens; text is partial'))
         with self.lock:
             self.running.pop(job.key, None)
-            self._skip.record(job.request.policy, result.outcome, result.deadline_met,
-                              job.key, len(self.queue))
-        self.finish(job, result)
+        self.lifecycle.finish(job, result)
 
     def _work_loop(self) -> None:
         while True:
@@ -284,21 +227,16 @@ class Dispatch:
         if taken is None:
             return False
         job, skip_reason = taken
-        if skip_reason:
-            self._done(job, ended_before_start(job.clock, Outcome.SKIPPED, skip_reason,
-                                               job.plan))
+        run = self.lifecycle.begin(job, skip_reason)
+        if run is None:  # skipped, canceled or expired: its result is delivered
+            with self.lock:
+                self.running.pop(job.key, None)
             return True
-        self._begin(loop, pipeline, job)
+        self._begin(loop, pipeline, job, run)
         return True
 
-    def _begin(self, loop: DecodeLoop, pipeline, job: Job) -> None:
+    def _begin(self, loop: DecodeLoop, pipeline, job: Job, run: JobRun) -> None:
         """Plan a goal at its start (new information only) and prefill it into the loop."""
-        run = JobRun(job.request, job.plan, job.clock, job.stop_requested,
-                     job.hooks.on_feedback)
-        ended = run.before_start()
-        if ended is not None:
-            self._done(job, ended)
-            return
         admission = self.server.admission
         # Those in the loop decode beside it, but not a prefill it overtakes (no place).
         batch = min(loop.decoding(), loop.capacity - 1) + 1
@@ -306,8 +244,8 @@ class Dispatch:
         if batch > 1 and pipeline.batch is not None:  # (a batch model implies an ETE)
             # Goals of every precision share a round, so all of them count as the batch.
             longest = float(loop.longest_cache())
-            timing = admission.member_timing(pipeline, batch, [longest] * (batch - 1),
-                                             admission.kv_of(job))
+            fit = admission.queue_fit(pipeline)
+            timing = fit.member_timing(batch, [longest] * (batch - 1), fit.kv_of(job))
         try:
             run.plan, decide = admission.plan_at_start(pipeline, job, timing, batch)
         except Rejection as exc:

@@ -66,9 +66,11 @@ class Job:
     length_note: str = ''
     # llguidance's compiled schema or grammar ('' = free text).
     grammar: str = ''
-    # Replicas: the answer length admission planned on (remote_admission.LengthBasis),
-    # kept for a re-plan when the goal moves to another replica.
+    # The answer length admission chose, once per goal (admission.LocalLength locally,
+    # remote_admission.LengthBasis on replicas, kept for a re-plan when a goal moves).
     length_basis: object = None
+    # Replicas: the replica admission chose to run it on.
+    replica: object = None
 
     @property
     def held_by_plan_engine(self) -> int:

@@ -13,7 +13,7 @@ from timebill_ros.core.planning import GRAMMAR_ANSWERS, MIXED
 from timebill_ros.core.output import StopReason
 from timebill_ros.core.request import Mode, Outcome
 from timebill_ros.core.telemetry import GoalRecord, Telemetry
-from timebill_ros.serving.backend import FULL_LANE
+from timebill_ros.serving.engine_interface import FULL_LANE
 
 # Weight of a finished answer in the running mean of answer lengths.
 TYPICAL_WEIGHT = 0.1

@@ -5,7 +5,7 @@ boundary (``refill``), prefills one chunk of the oldest goal still prefilling (i
 rules are asked first: Kill and cancel stop it between chunks), lets the step hooks
 act (the precision switch; grammar masks and deadline checks belong here too), then
 steps every lane once: one lane per precision, per-layer mix or early exit (runtime
-lanes, from the backend). So a long prompt never stalls the goals already decoding:
+lanes, from the engine). So a long prompt never stalls the goals already decoding:
 their steps interleave with its chunks. Every token goes through ``Member.emit`` (end
 of answer, the goal's own stop rule: its deadline policy, cancel and feedback,
 ``max_new_tokens``).
@@ -18,161 +18,15 @@ from contextlib import ExitStack
 import math
 import statistics
 import sys
-from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
 from timebill_ros.core.execution import (
     GenerationStats, PrefillDecision, PrefillInterrupted, TokenEvent)
 from timebill_ros.core.planning import Fallback, Plan
-from timebill_ros.serving.backend import Backend, FULL_LANE
+from timebill_ros.serving.engine_interface import LoopEngine, FULL_LANE
+from timebill_ros.serving.members import Member, Prefilling
 
 
-class GoalRun(Protocol):
-    """What the loop asks of a goal: its plan and rules (core.execution.JobRun)."""
-
-    plan: Plan
-    closes_batch: bool
-
-    def interrupt(self, next_chunk_s: float = 0.0) -> bool:
-        """Tell whether a chunked prefill must stop before a chunk of ``next_chunk_s``."""
-
-    def on_token(self, event: TokenEvent) -> bool:
-        """Stream a token; return False when the goal stops here."""
-
-    def stops_ahead(self, now: float, next_step_s: float) -> bool:
-        """Tell whether the goal stops now, before a step of ``next_step_s`` (Kill)."""
-
-    def token_budget(self, index: int) -> float | None:
-        """Return the seconds decode step ``index`` may take (early exit)."""
-
-    def switch_to(self, index: int, sharing) -> str:
-        """Name a precision to move to before decode step ``index`` ('' = stay)."""
-
-    def finish(self, stats: GenerationStats):
-        """Return the result of a goal whose generation ended."""
-
-    def failed(self, exc: Exception):
-        """Return the result of a goal whose generation raised ``exc``."""
-
-
-@dataclass(eq=False)
-class Member:
-    """A goal in the loop: its rules, the engine's stats, its text and its lane."""
-
-    key: str
-    run: GoalRun
-    max_new_tokens: int
-    end: Callable[[object], None]  # receives the goal's result
-    stats: GenerationStats | None = None
-    text: object = None  # the backend's text stream
-    lane: tuple = FULL_LANE
-    token: int = -1  # the token to feed at the next step
-    # The goal's sampler, grammar and stop strings (runtime.choosing.TokenChooser);
-    # None: greedy free text (the backend's argmax).
-    chooser: object = None
-    last_delta: str = ''  # the text of the last token streamed
-
-    def emit(self, token: int, eos_ids, now: float, next_step_s: float = 0.0) -> bool:
-        """Stream one token produced at ``now``; return False when the goal ends with it.
-
-        ``next_step_s`` is what the next step is expected to take (0: unknown): a
-        structured answer whose next step would end past its deadline is closed now.
-        """
-        stats, chooser = self.stats, self.chooser
-        if token in eos_ids:
-            stats.stop = 'eos'
-            return False
-        go_on = self._stream(token, now)
-        if chooser is not None and not chooser.accept(token, self.last_delta):
-            stats.stop = 'stop_string'
-            return False
-        if not go_on:
-            stats.stop = 'stopped'
-            if chooser is not None and chooser.closable and self.run.killed:
-                self._close('closed', now)
-            return False
-        if stats.tokens >= self.max_new_tokens:
-            stats.stop = 'max_tokens'
-            if chooser is not None and chooser.closable:
-                self._close('max_tokens', now)
-            return False
-        if chooser is not None and chooser.closable and \
-                self.run.closes_now(now, next_step_s + CLOSURE_S):
-            self._close('closed', now)
-            return False
-        if self.run.stops_ahead(now, next_step_s):
-            stats.stop = 'stopped'
-            return False
-        return True
-
-    def _stream(self, token: int, now: float) -> bool:
-        """Count and stream one token; return what the goal's rules say (go on or not)."""
-        stats = self.stats
-        stats.tokens += 1
-        self.token = token
-        self.last_delta = self.text.push(token)
-        return self.run.on_token(TokenEvent(index=stats.tokens - 1, token_id=token,
-                                            text_delta=self.last_delta, time=now))
-
-    def _close(self, stop: str, now: float) -> None:
-        """Complete the structure with the grammar's closure (no model step), if one exists."""
-        tokens = self.chooser.closure()
-        if tokens is None:
-            return  # nothing found in time: the answer stays cut (valid False)
-        stats, parts = self.stats, []
-        for token in tokens:
-            self._stream(token, now)
-            self.chooser.accept(token, self.last_delta)
-            parts.append(self.last_delta)
-        stats.stop, stats.closure_tokens = stop, len(tokens)
-        stats.closure_text = ''.join(parts)
-
-    def finished(self):
-        """Return the goal's result now that its generation ended."""
-        if self.chooser is not None:
-            self.stats.valid = self.chooser.valid()
-        return self.run.finish(self.stats)
-
-
-@dataclass(eq=False)
-class Prefilling:
-    """A goal whose prompt is being prefilled, and how long its last chunk took."""
-
-    member: Member
-    prefill: object  # runtime.prefill.PrefillRun
-    last_tokens: int = 0
-    last_s: float = 0.0
-    spent_s: float = 0.0  # in its chunks so far
-
-    def next_chunk_s(self) -> float:
-        """Return the expected seconds of the next chunk.
-
-        Scaled from the last chunk by token count, never below it: a chunk's fixed cost
-        (the weights' pass) dominates small chunks, and attention grows with position;
-        plus what the run says a press adds to it (its last chunk scores the whole cache).
-        Before one has run: the plan's prefill estimate shared over the tokens left (its
-        first chunk costs less than that share, so Kill stops only a goal whose whole
-        prefill cannot end by the deadline).
-        """
-        prefill = self.prefill
-        extra = prefill.next_chunk_extra_s  # a press on the last chunk
-        if not self.last_tokens:
-            left = prefill.total - prefill.tokens_done
-            planned = getattr(getattr(self.member.run, 'plan', None), 'est_prefill_s', 0.0)
-            return (planned * prefill.next_chunk / left if left > 0 else 0.0) + extra
-        return self.last_s * max(1.0, prefill.next_chunk / self.last_tokens) + extra
-
-    def advance(self, clock) -> None:
-        """Prefill the next chunk, timing it."""
-        before, t = self.prefill.tokens_done, clock()
-        self.prefill.advance()
-        self.last_s, self.last_tokens = clock() - t, self.prefill.tokens_done - before
-        self.spent_s += self.last_s
-
-
-# What a deadline closure is allowed beside the next step: the search takes 0.4-9 ms on
-# the embedded tokenizer (runtime.grammar; its own limit is 0.1 s).
-CLOSURE_S = 0.02
 # How many of a lane's last steps its expected next step is the median of.
 RECENT_STEPS = 3
 
@@ -212,16 +66,16 @@ class PrecisionSwitch:
 
 
 class DecodeLoop:
-    """Run goals on one backend until none is left: the only token loop."""
+    """Run goals on one engine until none is left: the only token loop."""
 
-    def __init__(self, backend: Backend, capacity: int = 1,
+    def __init__(self, engine: LoopEngine, capacity: int = 1,
                  hooks: Sequence[StepHook] = (PrecisionSwitch(),),
                  on_step: Callable[[tuple, int, int, float], None] | None = None):
-        """Decode at most ``capacity`` goals at once on ``backend``.
+        """Decode at most ``capacity`` goals at once on ``engine``.
 
         ``on_step(lane, size, total_kv, seconds)`` sees every lane step (online ETE).
         """
-        self.backend, self.capacity, self.hooks = backend, capacity, tuple(hooks)
+        self.engine, self.capacity, self.hooks = engine, capacity, tuple(hooks)
         self.on_step = on_step
         self.members: dict = {}  # key -> Member
         self.prefilling: list = []  # Prefilling goals, oldest first
@@ -296,7 +150,7 @@ class DecodeLoop:
         the plan in force. A failure (or a refusal in prefill) ends the goal.
         """
         try:
-            prefill = self.backend.begin_prefill(prompt_ids, plan, decide)
+            prefill = self.engine.begin_prefill(prompt_ids, plan, decide)
         except Exception as exc:  # noqa: BLE001 - any engine failure ends the goal
             member.end(member.run.failed(exc))
             return
@@ -331,7 +185,7 @@ class DecodeLoop:
         entry = min(ready, key=lambda e: e.prefill.total - e.prefill.tokens_done)
         member, prefill = entry.member, entry.prefill
         try:
-            entry.advance(self.backend.clock)
+            entry.advance(self.engine.clock)
             if not prefill.done:
                 return
             cache, logits, stats = prefill.result()
@@ -364,17 +218,17 @@ class DecodeLoop:
     def _take_in(self, member: Member, cache, logits, stats: GenerationStats,
                  prompt_tokens: int) -> None:
         """Stream a prefilled goal's first token and put it in its lane."""
-        backend = self.backend
+        engine = self.engine
         try:
             member.run.plan = stats.plan
-            member.stats, member.text = stats, backend.stream()
-            member.lane = backend.lane_key(stats.plan)
+            member.stats, member.text = stats, engine.stream()
+            member.lane = engine.lane_key(stats.plan)
             lane = self._lane(member.lane)
         except Exception as exc:  # noqa: BLE001 - any engine failure ends the goal
             member.end(member.run.failed(exc))
             return
         stats.batch_peak = max(stats.batch_peak, len(self.members) + 1)
-        if not member.emit(self._pick(member, logits), backend.eos_ids, backend.clock()):
+        if not member.emit(self._pick(member, logits), engine.eos_ids, engine.clock()):
             lane.discard(cache)  # ended on its first token: a llama.cpp sequence is no garbage
             member.end(member.finished())
             return
@@ -410,7 +264,7 @@ class DecodeLoop:
 
     def _lane(self, key: tuple):
         if key not in self.lanes:
-            self.lanes[key] = self.backend.lane(key)
+            self.lanes[key] = self.engine.lane(key)
         return self.lanes[key]
 
     def _pick(self, member: Member, logits) -> int:
@@ -418,14 +272,14 @@ class DecodeLoop:
             logits = hook.logits(member, logits)
         if member.chooser is not None:
             return member.chooser.choose(logits)
-        return self.backend.pick(logits)
+        return self.engine.pick(logits)
 
     def _use_threads(self, key: tuple) -> None:
         """Run the next steps under the lane's thread setting (changed only when it differs)."""
         if key != self._threads_key:
             self._threads.close()
             self._threads = ExitStack()
-            self._threads.enter_context(self.backend.threads(key))
+            self._threads.enter_context(self.engine.threads(key))
             self._threads_key = key
 
     def _round(self) -> None:
@@ -444,7 +298,7 @@ class DecodeLoop:
         feed = {k: self.members[k].token for k in lane.keys}
         budgets = {k: self.members[k].run.token_budget(self.members[k].stats.tokens - 1)
                    for k in lane.keys} if lane.exclusive else None
-        clock = self.backend.clock
+        clock = self.engine.clock
         t = clock()
         try:
             self._use_threads(key)
@@ -478,7 +332,7 @@ class DecodeLoop:
             # a goal with a chooser (grammar, sampling) picks from those.
             own = step.token is not None and (member.chooser is None or step.logits is None)
             token = step.token if own else self._pick(member, step.logits)
-            if not member.emit(token, self.backend.eos_ids, clock(), round_s):
+            if not member.emit(token, self.engine.eos_ids, clock(), round_s):
                 lane.leave(k)
                 del self.members[k]
                 member.end(member.finished())
@@ -518,7 +372,7 @@ class _CallbackRun:
         raise exc
 
 
-def generate(backend: Backend, prompt_ids: Sequence[int], max_new_tokens: int, plan: Plan,
+def generate(engine: LoopEngine, prompt_ids: Sequence[int], max_new_tokens: int, plan: Plan,
              on_token: Callable[[TokenEvent], bool],
              token_budget: Callable[[int], float | None] | None = None,
              decide: PrefillDecision | None = None,
@@ -542,5 +396,5 @@ def generate(backend: Backend, prompt_ids: Sequence[int], max_new_tokens: int, p
         started.append(member)
         loop.start(member, prompt_ids, plan, decide)
         return True
-    DecodeLoop(backend).run(refill)
+    DecodeLoop(engine).run(refill)
     return ended[0]

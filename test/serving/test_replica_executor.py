@@ -1,4 +1,4 @@
-"""The replica path's length basis: the shipped text head, decided once per goal."""
+"""The replica executor: its length basis (decided once per goal), results, refusals."""
 
 import pytest
 
@@ -8,12 +8,18 @@ from timebill_ros.core.planning import Plan
 from timebill_ros.core.request import Mode, OverrunPolicy, Request
 from timebill_ros.runtime.predictor import SHIPPED_HEAD, text_predictor
 from timebill_ros.serving.jobs import Job
-from timebill_ros.serving.remote_server import RemoteServer
+from timebill_ros.serving.replica_executor import replica_server
 
 
 @pytest.fixture(scope='module')
 def predictor():
     return text_predictor('text')
+
+
+def _executor(predictor=None, tokenizer=None):
+    """Return the replica executor of a server over an unreachable replica."""
+    return replica_server(NodeConfig(vllm_endpoints='http://127.0.0.1:9'), tokenizer, None,
+                          predictor=predictor).executor
 
 
 def _job(instruction: str, cap: int = 128, context: str = '') -> Job:
@@ -29,8 +35,7 @@ def test_the_choice_names_a_text_head_or_the_recent_answers(predictor):
 
 
 def test_a_goal_is_planned_on_its_own_prediction_once(predictor):
-    server = RemoteServer(NodeConfig(vllm_endpoints='http://127.0.0.1:9'), None, None,
-                          predictor=predictor)
+    server = _executor(predictor)
     short = _job('Answer with one word, STOP or GO: the crosswalk light is red.')
     long = _job('Write a JSON list of ten waypoints, each with x, y and heading, for a '
                 'patrol around the warehouse.')
@@ -38,7 +43,7 @@ def test_a_goal_is_planned_on_its_own_prediction_once(predictor):
     assert short_basis.predictor == long_basis.predictor == predictor.name
     assert 1 <= short_basis.predicted < long_basis.predicted <= 128
     # Without a predictor: the recent answers (none yet: their mean).
-    recent = RemoteServer(NodeConfig(vllm_endpoints='http://127.0.0.1:9'), None, None)
+    recent = _executor()
     assert recent._length_basis(short).predictor == 'recent answers'
 
 
@@ -63,8 +68,7 @@ class AtTheCap:
 
 
 def test_a_prediction_past_the_labels_cap_plans_for_the_goals_cap():
-    server = RemoteServer(NodeConfig(vllm_endpoints='http://127.0.0.1:9'), None, None,
-                          predictor=AtTheCap())
+    server = _executor(AtTheCap())
     basis = server._length_basis(_job('Write an essay.', cap=1000))
     assert basis.spread is None and basis.typical == basis.predicted == 1000
     within = server._length_basis(_job('Write an essay.', cap=100))
@@ -72,7 +76,7 @@ def test_a_prediction_past_the_labels_cap_plans_for_the_goals_cap():
 
 
 def test_a_goal_no_replica_can_finish_after_its_replica_failed_is_killed_not_failed():
-    from types import SimpleNamespace
+    from timebill_ros.core.execution import JobRun
     from timebill_ros.core.request import Outcome
     from timebill_ros.serving.remote import RemoteAnswer
     job = _job('Go?')
@@ -81,8 +85,8 @@ def test_a_goal_no_replica_can_finish_after_its_replica_failed_is_killed_not_fai
            'replica is predicted to answer in time')
     answer = RemoteAnswer(text='Stop at the', tokens=12, ended='killed', error=why,
                           started=now - 1.0, finished=now)
-    result = RemoteServer._result(SimpleNamespace(log=None, closing=''), job, 'http://a:1',
-                                  answer, now - 1.0, [])
+    run = JobRun(job.request, job.plan, job.clock, lambda: False, lambda *args: None)
+    result = _executor()._result(job, run, 'http://a:1', answer, [])
     assert result.outcome == Outcome.KILLED and not result.deadline_met
     assert result.reason.startswith('killed ') and 's before the deadline after 12 tokens: '\
         'replica http://a:1 failed' in result.reason and result.text == 'Stop at the'
@@ -106,12 +110,12 @@ def test_a_refusal_says_when_admission_itself_took_the_budget(predictor):
     from timebill_ros.core.request import GoalSpec, Rejection
     from timebill_ros.runtime.model import load_tokenizer
     tokenizer, _ = load_tokenizer('embedded')
-    server = RemoteServer(NodeConfig(vllm_endpoints='http://127.0.0.1:9'), tokenizer, None,
-                          predictor=Slowed(predictor))
+    server = replica_server(NodeConfig(vllm_endpoints='http://127.0.0.1:9'), tokenizer, None,
+                            predictor=Slowed(predictor))
     with pytest.raises(Rejection, match=r'admission itself took 0\.[3-9]\d* s of the budget'):
         server.admit(GoalSpec('Stop or go?', budget_s=0.2, max_new_tokens=8), 'late')
     # Planned on the recent answers (no encoder to run): admission takes a millisecond.
-    quick = RemoteServer(NodeConfig(vllm_endpoints='http://127.0.0.1:9'), tokenizer, None)
+    quick = replica_server(NodeConfig(vllm_endpoints='http://127.0.0.1:9'), tokenizer, None)
     with pytest.raises(Rejection) as refused:
         quick.admit(GoalSpec('Stop or go?', budget_s=0.001, max_new_tokens=8), 'hopeless')
     assert 'admission itself' not in str(refused.value)

@@ -1,8 +1,8 @@
-"""The interface the decode loop drives a model through (a local engine or, later, a remote one).
+"""The interface the decode loop drives a local model through: the loop engine of an option.
 
-``runtime.engine.Engine`` is the local torch backend and
+``runtime.engine.Engine`` is the local torch engine and
 ``runtime.llama_engine.LlamaEngine`` a GGUF variant on llama.cpp (``serving.resident``
-routes plans between them). A backend prefills a prompt in chunks (``begin_prefill``:
+routes plans between them). An engine prefills a prompt in chunks (``begin_prefill``:
 the loop advances it between other goals' steps and may stop it between chunks), hands
 out lanes that decode several sequences one step at a time, returns logits before the
 token is picked (so a step hook may mask them), and names the KV operations it offers in
@@ -46,7 +46,7 @@ class Lane(Protocol):
         """Feed each sequence its token; return key -> runtime.batch.LaneStep."""
 
 
-class Backend(Protocol):
+class LoopEngine(Protocol):
     """A model the loop runs goals on."""
 
     capabilities: frozenset
