@@ -8,7 +8,7 @@
 #   make demo    python -m timebill_ros.cli.demo
 #   make fleet-demo  a real vllm serve replica + the node (backend vllm) + goals with deadlines
 #   make bench-fleet  robot workload on 1 and 2 vLLM replicas: node vs plain client (results/fleet-<UTC time>)
-#   make bench   TimeBill evaluation (timebill_bench; BENCH_ARGS=--quick for a short run)
+#   make bench   TimeBill evaluation (benchmarks.bench_timebill; BENCH_ARGS=--quick for a short run)
 #   make bench-overhead   node overhead vs a bare decode loop
 #   make bench-robot      robot workload through the node (results/robot-<UTC time>)
 #   make bench-longcontext  long-context table: completion, score, fidelity (results/longcontext-<UTC time>)
@@ -23,6 +23,9 @@
 #   make device-check     scripts/device_check.sh (DEVICE=auto|cuda|cpu; figures in $$OUT or results/device_check)
 #   make schema           regenerate schema/timebill.schema.json and the README parameter table
 #   make clean   remove build/ install/ log/ (keeps .venv)
+#
+# Benchmarks (benchmarks/) and the builders of the shipped data (training/) are not
+# installed: their targets run python -m benchmarks.<name> / training.<name> from here.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -e -o pipefail -c
@@ -41,8 +44,9 @@ PARAMS ?= config/timebill.yaml
 PYTEST_ARGS ?= --durations=15
 # Only paths that exist (a clean clone may lack test/ early on), relative to ROOT.
 existing = $(patsubst $(ROOT)/%,%,$(wildcard $(addprefix $(ROOT)/,$(1))))
-LINT_PATHS = $(call existing,timebill_ros test scripts/timebill_node scripts/ete_in_node.py launch setup.py)
-DOC_PATHS = $(call existing,timebill_ros test scripts/ete_in_node.py)
+LINT_PATHS = $(call existing,timebill_ros benchmarks training test scripts/timebill_node \
+               scripts/ete_in_node.py launch setup.py)
+DOC_PATHS = $(call existing,timebill_ros benchmarks training test scripts/ete_in_node.py)
 
 .PHONY: venv build test lint node demo fleet-demo bench-fleet bench bench-overhead bench-robot \
         bench-longcontext bench-sched bench-batch measure-cuts measure-precision \
@@ -93,47 +97,47 @@ fleet-demo: build $(VLLM_PYTHON)
 	$(ENV) && exec python -m timebill_ros.cli.fleet_demo --vllm-python "$(VLLM_PYTHON)"
 
 bench-fleet: build $(VLLM_PYTHON)
-	$(ENV) && exec python -m timebill_ros.cli.bench_fleet --vllm-python "$(VLLM_PYTHON)" $(BENCH_ARGS)
+	$(ENV) && exec python -m benchmarks.bench_fleet --vllm-python "$(VLLM_PYTHON)" $(BENCH_ARGS)
 
 bench: build
-	$(ENV) && exec python -m timebill_ros.cli.bench_timebill $(BENCH_ARGS)
+	$(ENV) && exec python -m benchmarks.bench_timebill $(BENCH_ARGS)
 
 bench-overhead: build
-	$(ENV) && exec python -m timebill_ros.cli.bench_overhead
+	$(ENV) && exec python -m benchmarks.bench_overhead
 
 bench-burst: build
-	$(ENV) && exec python -m timebill_ros.cli.bench_burst $(BENCH_ARGS)
+	$(ENV) && exec python -m benchmarks.bench_burst $(BENCH_ARGS)
 
 bench-robot: build
-	$(ENV) && exec python -m timebill_ros.cli.bench_robot $(BENCH_ARGS)
+	$(ENV) && exec python -m benchmarks.bench_robot $(BENCH_ARGS)
 
 bench-longcontext: build
-	$(ENV) && exec python -m timebill_ros.cli.bench_longcontext $(BENCH_ARGS)
+	$(ENV) && exec python -m benchmarks.bench_longcontext $(BENCH_ARGS)
 
 bench-batch: build
-	$(ENV) && exec python -m timebill_ros.cli.bench_batch $(BENCH_ARGS)
+	$(ENV) && exec python -m benchmarks.bench_batch $(BENCH_ARGS)
 
 bench-sched: build
-	$(ENV) && exec python -m timebill_ros.cli.bench_sched $(BENCH_ARGS)
+	$(ENV) && exec python -m benchmarks.bench_sched $(BENCH_ARGS)
 
 measure-cuts: build
-	$(ENV) && exec python -m timebill_ros.cli.measure_cuts --every 2 $(BENCH_ARGS)
+	$(ENV) && exec python -m training.measure_cuts --every 2 $(BENCH_ARGS)
 
 measure-precision: build
-	$(ENV) && exec python -m timebill_ros.cli.measure_precision $(BENCH_ARGS)
+	$(ENV) && exec python -m training.measure_precision $(BENCH_ARGS)
 
 bench-precision: build
-	$(ENV) && exec python -m timebill_ros.cli.bench_precision --fresh --items 24 \
+	$(ENV) && exec python -m benchmarks.bench_precision --fresh --items 24 \
 	  --tiers 0.5x 0.75x 0.9x 1x --strategies 'full precision' all-int8 all-int8-weight \
 	  'TimeBill without precision' 'TimeBill, whole-model int8' \
 	  'TimeBill, whole-model int8-weight' 'TimeBill, int8-weight, switch at 1.2x' \
 	  'TimeBill with per-layer int8-weight' $(BENCH_ARGS)
 
 bench-weight-formats: build
-	$(ENV) && exec python -m timebill_ros.cli.bench_weight_formats --threads 2 $(BENCH_ARGS)
+	$(ENV) && exec python -m benchmarks.bench_weight_formats --threads 2 $(BENCH_ARGS)
 
 soak: build
-	$(ENV) && exec python -m timebill_ros.cli.soak $(BENCH_ARGS)
+	$(ENV) && exec python -m benchmarks.soak $(BENCH_ARGS)
 
 device-check:
 	bash scripts/device_check.sh

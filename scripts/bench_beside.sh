@@ -2,7 +2,7 @@
 # Run one benchmark command at another commit and at this checkout, back to back on this
 # machine, so a change is measured beside the code before it.
 #
-#   scripts/bench_beside.sh REV OUT -- python -m timebill_ros.cli.bench_robot --items 12
+#   scripts/bench_beside.sh REV OUT -- python -m benchmarks.bench_robot --items 12
 #
 # REV's tree is checked out in a temporary git worktree that borrows this checkout's .venv
 # and install/ (the generated interfaces); the command runs there with --out OUT/before,

@@ -37,12 +37,12 @@ python -m timebill_ros.cli.calibrate --device "$DEVICE" --quick --out "$OUT/prof
 grep -E '^\| (prefill|decode step)' "$OUT/calibrate.md" | tee -a "$OUT/summary.md"
 
 stamp "node overhead vs a bare decode loop"
-python -m timebill_ros.cli.bench_overhead --device "$DEVICE" --repeats 1 --no-start-times \
+python -m benchmarks.bench_overhead --device "$DEVICE" --repeats 1 --no-start-times \
   --out "$OUT/overhead.json" > "$OUT/overhead.md" 2>&1
 grep -E 'overhead ratio|decode TPOT' "$OUT/overhead.md" | tee -a "$OUT/summary.md"
 
 stamp "weight formats: decode step and prefill per resident copy (float16/bfloat16 on CUDA)"
-python -m timebill_ros.cli.bench_weight_formats --device "$DEVICE" --rounds 2 \
+python -m benchmarks.bench_weight_formats --device "$DEVICE" --rounds 2 \
   --out "$OUT/weight_formats" > "$OUT/weight_formats.log" 2>&1
 grep -E '^\| (float|bfloat|int8)' "$OUT/weight_formats.md" | tee -a "$OUT/summary.md"
 

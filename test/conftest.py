@@ -3,6 +3,7 @@
 from contextlib import contextmanager
 import os
 import random
+import sys
 import threading
 import time
 
@@ -11,6 +12,10 @@ import pytest
 from timebill_ros.tools.process import NodeProcess  # noqa: F401 (used by the tests)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The lab (benchmarks/, training/) is not installed: importable from the repository root,
+# which `python -m pytest` from there already puts first; a bare `pytest` does not.
+if ROOT not in sys.path:
+    sys.path.append(ROOT)
 
 # Keep test traffic away from any other ROS 2 graph on this machine.
 os.environ.setdefault('ROS_DOMAIN_ID', str(random.randint(1, 100)))

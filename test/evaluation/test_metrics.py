@@ -66,7 +66,7 @@ def test_route_items_ask_a_street_the_description_names():
 
 def test_held_out_context_items_take_kinds_in_turn():
     from transformers import AutoTokenizer
-    from timebill_ros.cli.bench_context import held_out_items
+    from benchmarks.bench_context import held_out_items
     from timebill_ros.runtime.model import embedded_dir
     tokenizer = AutoTokenizer.from_pretrained(embedded_dir())
     items = held_out_items(5, tokenizer, 7, ('needle', 'squad', 'status'))

@@ -1,4 +1,7 @@
-"""``pip install .``: the wheel carries every layer, the node and tools, and their scripts."""
+"""``pip install .``: the wheel carries every layer, the node and tools, and their scripts.
+
+Benchmarks and the builders of the shipped data are not installed.
+"""
 
 import shutil
 import subprocess
@@ -26,6 +29,10 @@ def test_the_wheel_holds_the_ros_layer_the_tools_and_their_console_scripts(tmp_p
     for module in ('core/config.py', 'serving/server.py', 'runtime/grammar.py', 'ros/node.py',
                    'ros/parameters.py', 'tools/client.py', 'cli/ask.py', 'data/length_head.npz'):
         assert f'timebill_ros/{module}' in names, module
+    # The lab (benchmarks/, training/) stays out of the wheel, and so do their commands.
+    assert not [n for n in names if n.startswith(('benchmarks/', 'training/'))
+                or '/bench_' in n or '/train_' in n or '/measure_' in n]
+    assert 'bench' not in entry_points and 'measure' not in entry_points
     for script in ('timebill_node = timebill_ros.ros.node:main',
                    'timebill_ask = timebill_ros.cli.ask:main',
                    'timebill_monitor = timebill_ros.cli.monitor:main',

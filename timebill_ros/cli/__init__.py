@@ -1,1 +1,1 @@
-"""cli layer of timebill_ros."""
+"""User tools of timebill_ros: ask, monitor, bag, calibrate, schema, demo, fleet demo."""

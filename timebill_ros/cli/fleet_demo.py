@@ -95,7 +95,7 @@ def main(argv=None) -> int:
                          '(run scripts/vllm_venv.sh)')
     import httpx
     import rclpy
-    from timebill_ros.cli.bench_vllm import start_replica, stop_replica, wait_healthy
+    from timebill_ros.cli.replica import start_replica, stop_replica, wait_healthy
     from timebill_ros.runtime.export_vllm import export_for_vllm
     from timebill_ros.runtime.model import cache_root, embedded_dir
     from timebill_ros.tools.client import InstructClient

@@ -1,1 +1,1 @@
-"""TimeBill evaluation: packaged long-context tasks, metrics, policy replay and plots."""
+"""TimeBill evaluation: packaged tasks, the robot workload, length data and metrics."""
