@@ -113,7 +113,7 @@ def main(argv=None) -> int:
     from timebill_ros.evaluation import robot_workload
     from timebill_ros.runtime.export_vllm import export_for_vllm
     from timebill_ros.runtime.model import cache_root, embedded_dir
-    from timebill_ros.serving.remote import Load, ReplicaTiming
+    from timebill_ros.serving.replica_pool import Load, ReplicaTiming
     model_dir = export_for_vllm(embedded_dir(), cache_root() / 'models' / 'smollm2-vllm')
     url = f'http://127.0.0.1:{args.port}'
     proc = start_replica(args.vllm_python, model_dir, args.port, out / 'vllm.log',

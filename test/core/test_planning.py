@@ -692,3 +692,15 @@ def test_where_only_a_short_answer_fits_the_option_whose_answers_run_short_more_
         precision={ENGINE: CutEffect(1.0, 0.9)}), engines={ENGINE: lambda: LLAMA})
     with pytest.raises(Rejection, match='P\\(answer <= 30 tokens\\) = 0.0%'):
         alone.plan(req(Mode.AUTO, max_new=400), 40, LLAMA.wcet(40, 0.0, 30))
+
+
+def test_a_refused_kill_goal_tries_only_where_the_engine_would_idle_and_a_token_fits():
+    from timebill_ros.core.planning import best_effort, Plan
+    refused = Rejection('P(fit) 0.01', Plan(fits_tokens=3, fit_probability=0.01))
+    plan = best_effort(refused, OverrunPolicy.KILL, True, 'node idle')
+    assert plan.fits_tokens == 3 and plan.note == 'best effort (Kill, node idle): P(fit) 0.01'
+    assert best_effort(refused, OverrunPolicy.KILL, False, 'node idle') is None  # others wait
+    assert best_effort(refused, OverrunPolicy.SKIP_NEXT, True, 'node idle') is None
+    no_token = Rejection('nothing fits', Plan(fits_tokens=0))
+    assert best_effort(no_token, OverrunPolicy.KILL, True, 'node idle') is None
+    assert best_effort(Rejection('bad goal'), OverrunPolicy.KILL, True, 'node idle') is None

@@ -26,7 +26,7 @@ DOWN = 'http://127.0.0.1:9'  # nothing listens: a failed replica
 @pytest.fixture(scope='module')
 def replica(tmp_path_factory):
     import httpx
-    from timebill_ros.cli.bench_vllm import start_replica, stop_replica, wait_healthy
+    from timebill_ros.cli.replica import start_replica, stop_replica, wait_healthy
     from timebill_ros.runtime.export_vllm import export_for_vllm
     from timebill_ros.runtime.model import embedded_dir
     root = tmp_path_factory.mktemp('vllm')

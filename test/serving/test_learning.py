@@ -72,3 +72,9 @@ def test_a_handed_over_goal_teaches_its_prefill_to_one_engine_and_its_steps_to_t
     assert list(f16.prefill_samples) == [(2, 0.2)] and not f16.decode_samples
     assert not q4.prefill_samples and len(q4.decode_samples) == 4
     assert not pipeline.online.prefill_samples  # the torch ETE learns nothing of it
+
+
+def test_the_ete_error_of_a_goal_that_timed_nothing_is_zero_not_a_crash():
+    from timebill_ros.serving.learning import error_pct
+    assert abs(error_pct(1.2, 1.0) - 20.0) < 1e-9
+    assert error_pct(0.5, 0.0) == 0.0  # prefix-cached prompt, killed after one token

@@ -120,7 +120,7 @@ _TABLE = (
     Param('length_predictor', 'rlp', "Answer-length predictor: 'rlp' (the shipped head, "
           'timebill_ros/data/length_head.npz, trained and calibrated on the robot workload), '
           "'max-new-tokens' (assume the cap; pessimistic) or a path to a head .npz from "
-          'timebill_ros.cli.train_length_robot / train_length.'),
+          'training.train_length_robot / train_length.'),
     Param('plan_quantile', 0.9, "With a calibrated length predictor: the goal is planned "
           '(quality cut chosen) for this quantile of the answer lengths its prediction turns '
           'into on held-out data.', 0.0, 1.0),
@@ -171,7 +171,7 @@ _TABLE = (
           "24-layer forward). 'text': the shipped head (timebill_ros/data/"
           "length_head_text.npz, trained and calibrated on the robot workload's train "
           "split); 'none': the spread of recent answers instead; or a path to a head .npz "
-          'from timebill_ros.cli.train_length_robot --features text.'),
+          'from training.train_length_robot --features text.'),
     Param('predictor_share', 0.05, 'The length predictor runs at admission only when its '
           'measured cost is at most this share of the time left (with another engine '
           'resident it runs before the prefill, ~0.1-0.35 s on a 2-core VM); otherwise the '
@@ -206,11 +206,11 @@ _TABLE = (
           "DP picks per goal the least-KL set of lowered layers that meets the deadline: "
           "'shipped' (timebill_ros/data/precision_kl.json for int8-dynamic, "
           "precision_kl.int8-weight.json for int8-weight; from "
-          "timebill_ros.cli.measure_precision), '' (off: whole-model precision only) or a "
+          "training.measure_precision), '' (off: whole-model precision only) or a "
           'path to such a JSON file.'),
     Param('cut_effects', 'shipped', "Measured answer-length factor and fidelity of each "
           "quality cut, which the planner weighs against P(fit): 'shipped' "
-          "(timebill_ros/data/cut_effects.json, from timebill_ros.cli.measure_cuts), '' "
+          "(timebill_ros/data/cut_effects.json, from training.measure_cuts), '' "
           '(cuts assumed harmless) or a path to such a JSON file.'),
     Param('decode_threads', -1, 'Intra-op CPU threads of the decode loop. -1: chosen per '
           'precision at start by timing decode steps with 1 thread and '
@@ -257,7 +257,7 @@ _TABLE = (
           'where a goal is then rejected only if even a 1-token answer cannot make it.'),
     Param('early_exit_layers', '', 'MODE_EARLY_EXIT candidate exit layers, comma-separated and '
           "increasing (1-based, e.g. '22,26'); empty disables early exit. Chosen by "
-          'timebill_ros.cli.bench_early_exit.'),
+          'benchmarks.bench_early_exit.'),
     Param('early_exit_heads', 'shipped', "Exit predictions: 'shipped' (the trained maps in "
           "timebill_ros/data/exit_heads.npz where they cover a layer, the logit lens "
           "elsewhere), 'lens' (final norm + LM head only) or a path to an exit-heads .npz."),

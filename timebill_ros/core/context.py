@@ -20,7 +20,7 @@ import re
 
 # The shares of the context's characters tried, largest first.
 KEEP_SHARES = (0.5, 0.25, 0.125)
-# The table measured for the embedded model (timebill_ros.cli.measure_context_cut).
+# The table measured for the embedded model (training.measure_context_cut).
 SHIPPED = Path(__file__).resolve().parents[1] / 'data' / 'context_cut.json'
 _SENTENCE_END = re.compile(r'(?<=[.!?])\s+|\n+')
 _WORD = re.compile(r'[a-z0-9]+')

@@ -18,7 +18,7 @@ import numpy as np
 FORMAT = 1
 # Quantiles of the per-answer length ratio a measured cut keeps (CutEffect.length_ratios).
 RATIO_QUANTILES = 10
-# The table measured for the embedded model (timebill_ros.cli.measure_cuts).
+# The table measured for the embedded model (training.measure_cuts).
 SHIPPED = Path(__file__).resolve().parents[1] / 'data' / 'cut_effects.json'
 
 

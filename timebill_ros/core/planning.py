@@ -16,7 +16,7 @@ from timebill_ros.core.eviction import press_skip_reason
 from timebill_ros.core.length import unpredicted
 from timebill_ros.core.planner_settings import (  # noqa: F401 (re-exported)
     INFEASIBLE_POLICIES, PlannerSettings)
-from timebill_ros.core.request import Mode, Rejection, Request
+from timebill_ros.core.request import Mode, OverrunPolicy, Rejection, Request
 from timebill_ros.core.timing import TimingModel
 
 
@@ -669,3 +669,19 @@ def per_token_check(planner, request: Request, goal: Goal, chosen: Option) -> tu
             f'per-token deadline {deadline * 1e3:.1f} ms (U = {utilisation:.2f}, mode '
             f'{cut.mode.name}, KV up to {last_kv:.0f} tokens)')
     return chosen, p99, utilisation
+
+
+def best_effort(refused: Rejection, policy: OverrunPolicy, may_try: bool,
+                where: str) -> Plan | None:
+    """Return the plan a refused goal runs on anyway, or None.
+
+    ``idle_best_effort``: a Kill goal whose best chance (the option fitting the largest
+    share of its planned answer) fits at least one answer token runs on it when the
+    engine would otherwise idle (``may_try``; ``where`` says why, for the note): an idle
+    engine loses nothing by trying, the goal is killed at its deadline if late, and a
+    refusal would fail a goal the fastest engine may still answer.
+    """
+    plan = refused.plan
+    if not may_try or policy != OverrunPolicy.KILL or plan is None or plan.fits_tokens < 1:
+        return None
+    return replace(plan, note=f'best effort (Kill, {where}): {refused.reason}')

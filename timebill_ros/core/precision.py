@@ -242,7 +242,7 @@ class PrecisionTable:
 
 @dataclass(frozen=True)
 class UnitKL:
-    """Measured KL per lowered unit for one model (timebill_ros.cli.measure_precision)."""
+    """Measured KL per lowered unit for one model (training.measure_precision)."""
 
     source: str
     low: str

@@ -7,7 +7,7 @@ logits row (any engine's: torch or numpy, one mask for every lane), takes each t
 the goal streams, and, when the deadline ends the goal, finds a short token sequence
 that completes the structure (``closure``) without running the model.
 
-llguidance was chosen over xgrammar by ``python -m timebill_ros.cli.bench_grammar``
+llguidance was chosen over xgrammar by ``python -m benchmarks.bench_grammar``
 (docs/structured_output.md): it reads JSON Schema and GBNF, has no dependencies, and
 its matcher rolls back, which the closure search needs.
 """

@@ -1,6 +1,6 @@
 """Response-length predictors for the planner.
 
-Two kinds, both written by ``timebill_ros.cli.train_length``: a linear head
+Two kinds, both written by ``training.train_length``: a linear head
 over cheap prompt features (the target model's own hidden state after its
 first L layers, 'L<L>-last' / 'L<L>-mean', where only those L layers run; or a
 frozen all-MiniLM-L6-v2 sentence embedding, 'minilm'), and a separate

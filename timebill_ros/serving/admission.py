@@ -10,13 +10,13 @@ the plan's note with what changed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 import time
 
 from timebill_ros.core.deadline import DeadlineClock
 from timebill_ros.core.execution import PrefillDecision
-from timebill_ros.core.planning import PENDING, Plan
-from timebill_ros.core.request import check_prompt_fits, OverrunPolicy, Rejection
+from timebill_ros.core.planning import best_effort, PENDING, Plan
+from timebill_ros.core.request import check_prompt_fits, Rejection
 from timebill_ros.core.queue_fit import QueueFit, QueueView
 from timebill_ros.runtime.grammar import GrammarError
 from timebill_ros.runtime.model import request_prompt_ids
@@ -269,36 +269,23 @@ class Admission:
     def _best_effort_or_raise(self, job: Job, exc: Rejection) -> Plan:
         """Return the plan a refused goal runs on anyway on an idle node; else re-raise.
 
-        ``idle_best_effort``: a Kill goal whose best chance (the option fitting the
-        largest share of its planned answer) fits at least one answer token runs on it
-        when no goal runs, waits or is being admitted (lock held): the idle node loses
-        nothing by trying, it is killed at its deadline if late, and a refusal would
-        fail a goal the fastest engine may still answer. Refused only when no option
-        fits a token, or when other goals need the node.
+        Idle: no goal runs, waits or is being admitted (lock held); core.planning's
+        ``best_effort`` says when a refused goal may try.
         """
         dispatch = self.server.dispatch
         idle = not (dispatch.running or dispatch.held or len(dispatch.queue))
-        if not idle or not self._may_try(job.request, exc):
+        plan = best_effort(exc, job.request.policy, self.config.idle_best_effort and idle,
+                           'node idle')
+        if plan is None:
             raise exc
-        return replace(exc.plan, note=f'best effort (Kill, node idle): {exc.reason}')
-
-    def _may_try(self, request, exc: Rejection) -> bool:
-        """Tell whether a refused goal may run as best effort (``idle_best_effort``).
-
-        A Kill goal whose refusal carries a plan fitting at least one answer token;
-        the callers add when the node counts as idle.
-        """
-        return self.config.idle_best_effort and request.policy == OverrunPolicy.KILL \
-            and exc.plan is not None and exc.plan.fits_tokens >= 1
+        return plan
 
     def _best_effort_alone(self, request, timing, exc: Rejection) -> Plan | None:
         """Return the plan a goal refused as it starts runs on anyway, or None.
 
-        ``idle_best_effort``, for a Kill goal that starts alone (in a batch its steps
-        would slow the running goals) with no goal waiting, on its best chance when that
-        fits at least one answer token.
+        For a goal that starts alone (in a batch its steps would slow the running goals)
+        with no goal waiting (core.planning's ``best_effort``).
         """
-        if timing is not None or self.server.dispatch.waiting() \
-                or not self._may_try(request, exc):
-            return None
-        return replace(exc.plan, note=f'best effort (Kill, no goal waiting): {exc.reason}')
+        alone = timing is None and not self.server.dispatch.waiting()
+        return best_effort(exc, request.policy, self.config.idle_best_effort and alone,
+                           'no goal waiting')

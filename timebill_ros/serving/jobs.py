@@ -67,7 +67,7 @@ class Job:
     # llguidance's compiled schema or grammar ('' = free text).
     grammar: str = ''
     # The answer length admission chose, once per goal (admission.LocalLength locally,
-    # remote_admission.LengthBasis on replicas, kept for a re-plan when a goal moves).
+    # replica_admission.LengthBasis on replicas, kept for a re-plan when a goal moves).
     length_basis: object = None
     # Replicas: the replica admission chose to run it on.
     replica: object = None

@@ -205,8 +205,7 @@ def _learn_timing(pipeline, job, result: JobResult) -> tuple:
             own.observe(n_x, result.prefill_s, result.kv_tokens, steps)
         if not alone:
             return 0.0, 0.0
-        actual = result.prefill_s + result.decode_s
-        return estimate, (estimate - actual) / actual * 100.0
+        return estimate, error_pct(estimate, result.prefill_s + result.decode_s)
     if not _modelled_steps(result):
         online.observe(n_x, result.prefill_s, result.kv_tokens, ())  # the prefill still counts
         return 0.0, 0.0
@@ -232,5 +231,14 @@ def _learn_timing(pipeline, job, result: JobResult) -> tuple:
         observe(variant, 0.0, result.kv_tokens, result.step_times)
     else:
         observe(online, result.prefill_s, result.kv_tokens, result.step_times)
-    actual = result.prefill_s + result.decode_s
-    return estimate, (estimate - actual) / actual * 100.0
+    return estimate, error_pct(estimate, result.prefill_s + result.decode_s)
+
+
+def error_pct(estimate: float, actual: float) -> float:
+    """Return the ETE's error in % of what ran (0 when nothing was timed).
+
+    A goal whose prompt came from the prefix cache and that was killed after its first
+    token timed neither a prefill nor a step: before this, its learning raised
+    ZeroDivisionError (logged, the goal's timing lost).
+    """
+    return (estimate - actual) / actual * 100.0 if actual > 0.0 else 0.0

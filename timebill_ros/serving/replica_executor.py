@@ -29,7 +29,7 @@ from timebill_ros.runtime.model import chat_messages, request_prompt_ids
 from timebill_ros.serving.jobs import Job
 from timebill_ros.serving.remote import (
     deadline_priority, joined, RemoteAnswer, RemoteGoal, stream_goal)
-from timebill_ros.serving.remote_admission import LengthBasis, plan_on_pool
+from timebill_ros.core.replica_admission import LengthBasis, plan_on_pool
 from timebill_ros.serving.replica_pool import ReplicaPool
 from timebill_ros.serving.server import Server
 

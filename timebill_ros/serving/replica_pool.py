@@ -52,7 +52,7 @@ class InFlight:
     """One goal on a replica: its deadline, its prompt, whether its prefill is done.
 
     ``basis``, ``expected`` and ``cap``: its answer length as admission planned it (a
-    remote_admission.LengthBasis, the median, the token cap), so the goals admitted after
+    replica_admission.LengthBasis, the median, the token cap), so the goals admitted after
     it can be weighed against its chance; ``tokens``: its tokens streamed so far.
     """
 

@@ -1,10 +1,11 @@
 """Admission of a goal served by replicas: which replica, what it expects, or why not.
 
-ROS-free and model-free. The answer length comes from the node's text-side length
+Pure rules (core): the pool is read by duck type (serving/replica_pool.py).
+The answer length comes from the node's text-side length
 predictor (a prediction and its calibrated distribution) when it has one, else from the
 node's recent answers (their spread, answers cut short counted as longer:
 Learning.recent_lengths); the time from the chosen replica's own timing model
-(serving.remote.ReplicaTiming). The rules are those of
+(serving.replica_pool.ReplicaTiming). The rules are those of
 the local planner: refuse only a goal whose answer has (almost) no chance to end in the
 tokens that fit (``admit_probability``), and, with ``yield_when_late``, one that would
 cost the goals already on its replica more expected deadlines than its own chance (its

@@ -8,7 +8,7 @@ from timebill_ros.core.length import observed_distribution
 from timebill_ros.core.request import Rejection
 from timebill_ros.serving.remote import RemoteAnswer
 from timebill_ros.serving.replica_pool import Load, ReplicaPool
-from timebill_ros.serving.remote_admission import (
+from timebill_ros.core.replica_admission import (
     chance_after, expected_lengths, fit_probability, LengthBasis, plan_on_pool)
 
 CONFIG = SimpleNamespace(plan_quantile=0.9, admit_probability=0.001, yield_when_late=True,
