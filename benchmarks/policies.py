@@ -10,7 +10,7 @@ same execution would have scored with that deadline, without running it again:
   release + B; one job runs at a time, in release order. An overrunning job runs to
   its end (late, scoring 0: a late answer is a failure) and, if the next job has
   been released by then, that job is skipped (scores 0), as the node's
-  SkipNextTracker does.
+  core.deadline.SkipNext does when one goal runs at a time.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from timebill_ros.runtime.model import (
 PREDICT_THREAD = 'timebill-predict'
 SHIPPED_HEAD = Path(__file__).resolve().parent.parent / 'data' / 'length_head.npz'
 # The text-side head (MiniLM embedding of the user turn): needs no target model, so the
-# node plans with it in front of vLLM replicas (serving.remote_server).
+# node plans with it in front of vLLM replicas (serving.replica_executor).
 SHIPPED_TEXT_HEAD = SHIPPED_HEAD.with_name('length_head_text.npz')
 
 

@@ -1,6 +1,6 @@
 """The one server: every goal's lifecycle, whatever executor runs it.
 
-ROS-free: the node (ros/node.py) turns messages into ``admit``/``start``/``submit``
+ROS-free: the node (ros/interfaces.py) turns messages into ``admit``/``start``/``submit``
 calls and publishes what ``on_finished`` hands back. The server validates a goal,
 starts its deadline clock, holds its place, keeps the job table, applies the one
 Skip-Next rule, builds each run (core.execution.JobRun: Kill and cancel at every token),
