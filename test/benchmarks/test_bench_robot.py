@@ -3,7 +3,7 @@
 import pytest
 
 from benchmarks.bench_robot import replay_kill, skip_next, summarise, tier_budget
-from timebill_ros.evaluation.robot_workload import WorkloadItem
+from timebill_ros.evaluation.robot_workload import RobotItem
 
 
 def run(item, e2e, outcome='COMPLETED', budget=10.0, text='STOP'):
@@ -34,7 +34,7 @@ def test_skip_next_skips_the_job_released_during_an_overrun():
 
 
 def test_summary_counts_false_rejections_late_claims_and_quality():
-    items = {x: WorkloadItem(x, 'decision', 't', 'STOP or GO?', '', 'STOP', 'exact', 'test')
+    items = {x: RobotItem(x, 'decision', 't', 'STOP or GO?', '', 'STOP', 'exact', 'test')
              for x in 'abc'}
     runs = [dict(run('a', 0.5), met=True, claimed=True),
             run('b', 0.0, 'REJECTED'),

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from timebill_ros.evaluation import robot_workload as rw
-from timebill_ros.evaluation.robot_workload import WorkloadItem, build, load, score
+from timebill_ros.evaluation.robot_workload import RobotItem, build, load, score
 
 
 @pytest.fixture(scope='module')
@@ -18,7 +18,7 @@ def items():
 
 
 def _item(match, reference, instruction='Answer with one word.', kind='decision'):
-    return WorkloadItem(id='x-001', kind=kind, source='test', instruction=instruction,
+    return RobotItem(id='x-001', kind=kind, source='test', instruction=instruction,
                         context='', reference=reference, match=match, split='test')
 
 

@@ -212,16 +212,16 @@ ROUTE_LOOKUPS = ('final_street', 'street_after_turn', 'longest_segment')
 
 def _route_items(seed: int, count: int = 400, segments: tuple = (40, 150)):
     """Yield (id, instruction, route description, [street]), deterministic."""
-    from timebill_ros.evaluation import robot_workload as workload
+    from timebill_ros.evaluation.robot_workload import route as routes
     for index in range(count):
         rng = random.Random(f'route-{seed}-{index}')
         question = ROUTE_LOOKUPS[index % len(ROUTE_LOOKUPS)]
         while True:
-            route = workload._route(rng, rng.randint(*segments))
-            asked = workload._route_question(rng, question, route)
+            route = routes.draw_route(rng, rng.randint(*segments))
+            asked = routes.route_question(rng, question, route)
             if asked is not None:
                 break
-        yield (f'route-{seed}-{index:03d}', asked[0], workload._route_text(rng, route),
+        yield (f'route-{seed}-{index:03d}', asked[0], routes.route_text(rng, route),
                [asked[1]])
 
 
