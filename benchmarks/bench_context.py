@@ -31,7 +31,7 @@ import statistics
 import sys
 import time
 
-from benchmarks.bench_robot import Bench
+from benchmarks.bench_robot import RobotBench
 from benchmarks.common import commit, machine, param_pairs, shipped_params, stamped_log
 from timebill_ros.core.request import Mode
 from timebill_ros.evaluation import metrics, tasks
@@ -43,8 +43,8 @@ STRATEGIES = {'NONE': {'mode': int(Mode.NONE)},
               'AUTO': {'mode': int(Mode.AUTO)}}
 
 
-class Nodes(Bench):
-    """Two nodes (A: no prefix cache, B: prefix cache) and a client each (``stop``: Bench's)."""
+class Nodes(RobotBench):
+    """Two nodes (A: no prefix cache, B: prefix cache), a client each; RobotBench's ``stop``."""
 
     def start(self, overrides: dict | None = None) -> None:
         """Start both nodes with the shipped parameters (and ``overrides`` of them)."""

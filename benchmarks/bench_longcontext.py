@@ -53,7 +53,7 @@ def score_both(item: tasks.TaskItem, text: str, reference_text: str | None) -> t
     return task, metrics.rouge_l(text, reference_text)
 
 
-class Bench(robot.Bench):
+class LongContextBench(robot.RobotBench):
     """The robot benchmark's nodes and clients; records carry both scores (texts in memory)."""
 
     def __init__(self, model: str, log):
@@ -243,7 +243,7 @@ def main(argv=None) -> int:
     loose = {s: [] for s in strategies}
     auto = []
     rclpy.init()
-    bench = Bench(args.model, log)
+    bench = LongContextBench(args.model, log)
     try:
         bench.start_nodes()
         for item in items:  # interleaved per item, so drift hits every strategy alike

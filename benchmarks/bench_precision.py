@@ -38,7 +38,7 @@ import sys
 import time
 
 from benchmarks import harness
-from benchmarks.bench_robot import Bench, replay_kill, summarise
+from benchmarks.bench_robot import RobotBench, replay_kill, summarise
 from benchmarks.harness import tier_budget
 from benchmarks.paths import RESULTS
 from timebill_ros.evaluation import metrics, robot_workload
@@ -228,7 +228,7 @@ def main_fresh(args, argv) -> int:
     log = stamped_log(started)
     ensure_init()
     robot.NAMESPACES.update(NAMESPACES)
-    bench = Bench(log)
+    bench = RobotBench(log)
     runs: dict = {'reference': {}, **{name: {} for name in FRESH}}  # unrun ones stay empty
     names = ['full precision', *[n for n in args.strategies if n != 'full precision']]
 
@@ -309,7 +309,7 @@ def main(argv=None) -> int:
     log = stamped_log(started)
     ensure_init()
     robot.NAMESPACES.update(NAMESPACES)
-    bench, new = Bench(log), {}
+    bench, new = RobotBench(log), {}
     partial = out / 'partial.json'
     if partial.is_file():
         new = json.loads(partial.read_text(encoding='utf-8'))

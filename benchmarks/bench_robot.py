@@ -54,7 +54,7 @@ STRATEGIES = ('MODE_NONE', 'alpha 0.5', 'int8-dynamic', 'TimeBill AUTO')
 TIERS = tuple(f'{r:g}x' for r in RELATIVE) + tuple(f'{a:g}s' for a in ABSOLUTE)
 
 
-class Bench(Nodes):
+class RobotBench(Nodes):
     """The harness's nodes; send goals and keep plain records of what came back."""
 
     def start(self, name: str, extra: dict, namespace: str = '') -> None:
@@ -263,7 +263,7 @@ def main(argv=None) -> int:
     log = stamped_log(started)
 
     ensure_init()
-    bench = Bench(log)
+    bench = RobotBench(log)
     runs: dict = {}
     tiers = TIERS
     if args.reuse:

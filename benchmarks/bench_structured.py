@@ -28,7 +28,7 @@ import time
 
 import jsonschema
 
-from benchmarks.bench_robot import Bench
+from benchmarks.bench_robot import RobotBench
 from benchmarks.common import commit, machine, stamped_log
 from benchmarks.harness import new_results_dir
 from timebill_ros.core.request import Mode
@@ -40,7 +40,7 @@ WAYS = ('free', 'schema', 'schema + closure')
 NODE_OF = {'free': 'A', 'schema': 'B', 'schema + closure': 'A'}
 
 
-def ask(bench: Bench, way: str, item, budget_s: float) -> dict:
+def ask(bench: RobotBench, way: str, item, budget_s: float) -> dict:
     """Send one goal the given way and return a plain record of its end."""
     from timebill_ros.tools.client import make_goal, outcome_name, stop_reason_name
     schema = '' if way == 'free' else item.schema_text
@@ -149,7 +149,7 @@ def main(argv=None) -> int:
     log, started = stamped_log(), time.monotonic()
     at_start = commit()  # what the nodes run (commits made during the run are not)
     items = split(schema_commands())[1][:args.items]
-    bench, records, full = Bench(log), [], {}
+    bench, records, full = RobotBench(log), [], {}
     try:
         bench.start('A', {'deadline_closure': True}, NAMESPACES['A'])
         bench.start('B', {'deadline_closure': False}, NAMESPACES['B'])

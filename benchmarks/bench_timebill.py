@@ -81,7 +81,7 @@ class Measured:
     reason: str = ''
 
 
-class Bench(harness.Nodes):
+class TimeBillBench(harness.Nodes):
     """Own the nodes and clients, run goals and keep what they returned."""
 
     def __init__(self, items: list, out: Path):
@@ -266,7 +266,7 @@ def k_only(args, out: Path, ks: tuple) -> int:
                if r['strategy'] == 'Vanilla' and r['budget_s'] == LOOSE_BUDGET_S}
     budget = args.k_budget or report['budgets'][len(report['budgets']) // 2]
     rclpy.init()
-    bench = Bench(items, out)
+    bench = TimeBillBench(items, out)
     try:
         bench.start(print, only=('fp32',))
         runs = {k: [bench.run('fp32', item, f'TimeBill (oracle length) k={k:g}', budget,
@@ -358,7 +358,7 @@ def main(argv=None) -> int:
     log(f'{len(items)} items: ' + ', '.join(f'{i.task}:{i.prompt_tokens}' for i in items))
 
     rclpy.init()
-    bench = Bench(items, out)
+    bench = TimeBillBench(items, out)
     try:
         bench.start(log)
         # 1. Fixed strategies, loose budget (interleaved per item so drift hits all alike).

@@ -25,7 +25,7 @@ SHOWN = ('miss_rate', 'window_goals', 'accepted', 'rejected', 'met', 'missed', '
 
 
 @dataclass
-class Goal:
+class MonitoredGoal:
     """What the monitor shows of one finished goal."""
 
     goal_id: str
@@ -72,9 +72,9 @@ class MonitorState:
         """Record one finished goal."""
         plan = msg.plan
         precision = plan.precision_mix or plan.precision or 'full'
-        goal = Goal(msg.goal_id[:8], OUTCOMES[msg.outcome] if msg.outcome < len(OUTCOMES)
-                    else str(msg.outcome), bool(msg.deadline_met), msg.budget_s, msg.e2e_s,
-                    msg.slack_s, int(msg.tokens), msg.tpot_p50_s, precision)
+        outcome = OUTCOMES[msg.outcome] if msg.outcome < len(OUTCOMES) else str(msg.outcome)
+        goal = MonitoredGoal(msg.goal_id[:8], outcome, bool(msg.deadline_met), msg.budget_s,
+                             msg.e2e_s, msg.slack_s, int(msg.tokens), msg.tpot_p50_s, precision)
         with self._lock:
             self.goals.appendleft(goal)
             self.seen += 1
