@@ -38,7 +38,6 @@ class Dispatch:
         self.lock = lifecycle.lock
         self._work = threading.Condition(self.lock)
         self.queue = make_scheduler(scheduler, capacity)
-        self.running: dict = {}  # key -> (job, started at), taken by the worker
         self.loop: DecodeLoop | None = None  # the worker's loop while it runs
         self._stopping = False
         self._queued = threading.Condition(self.lock)  # wakes the expiry watch
@@ -55,6 +54,11 @@ class Dispatch:
     def held(self) -> dict:
         """Return the goals admitted and not yet started (the server's)."""
         return self.lifecycle.held
+
+    @property
+    def running(self) -> dict:
+        """Return the goals dispatched and not yet ended: key -> (job, dispatched at)."""
+        return self.lifecycle.running
 
     def check_room_locked(self) -> None:
         """Raise Rejection when no goal can wait (lock held)."""
@@ -177,13 +181,10 @@ class Dispatch:
                 return None
             job = self.queue.pop()
             skip_reason = self.lifecycle.dispatched(job)
-            self.running[job.key] = (job, time.monotonic())
         job.hooks.on_start()
         return job, skip_reason
 
     def _done(self, job: Job, result: JobResult) -> None:
-        with self.lock:
-            self.running.pop(job.key, None)
         self.lifecycle.finish(job, result)
 
     def _work_loop(self) -> None:
@@ -229,8 +230,6 @@ class Dispatch:
         job, skip_reason = taken
         run = self.lifecycle.begin(job, skip_reason)
         if run is None:  # skipped, canceled or expired: its result is delivered
-            with self.lock:
-                self.running.pop(job.key, None)
             return True
         self._begin(loop, pipeline, job, run)
         return True

@@ -34,6 +34,7 @@ class Lifecycle(Protocol):
     learning: object  # serving.learning.Learning: telemetry and recent answer lengths
     closing: str  # why no goal is taken any more ('' while serving)
     held: dict  # admitted goals whose place is reserved, not yet started
+    running: dict  # key -> (job, dispatched at): dispatched goals not yet ended
 
     def dispatched(self, job: Job) -> str:
         """Mark a goal leaving the queue to run (lock held); return why it is skipped."""

@@ -40,7 +40,7 @@ class Server:
         self.lock = threading.Lock()
         self.held: dict = {}  # admitted, place reserved, not yet started
         self.jobs: dict = {}  # started: queued, running, or ended and not yet collected
-        self.running: dict = {}  # key -> job, dispatched and not yet ended
+        self.running: dict = {}  # key -> (job, dispatched at), not yet ended
         self.closing = ''  # why no goal is taken any more (a shutdown), '' while serving
         self._skip = SkipNext()
         executor.attach(self)
@@ -78,7 +78,7 @@ class Server:
                     self.held[key] = job
         except Rejection as refused:
             spent = clock.elapsed()
-            if spent < ADMISSION_WORDS_S or 'admission itself' in refused.reason:
+            if spent < ADMISSION_WORDS_S:
                 raise
             # Say where the budget went: the node's own work, not the engines.
             raise Rejection(f'{refused.reason}; admission itself took {spent:.3f} s of the '
@@ -154,7 +154,7 @@ class Server:
         Skip-Next skips the job dispatched next after an overrun, whatever the order.
         """
         job.stop_requested = lambda: bool(self.closing) or job.cancel_requested()
-        self.running[job.key] = job
+        self.running[job.key] = (job, time.monotonic())
         return self._skip.take()
 
     def begin(self, job: Job, skip: str) -> JobRun | None:
