@@ -155,7 +155,10 @@ class Server:
         """
         job.stop_requested = lambda: bool(self.closing) or job.cancel_requested()
         self.running[job.key] = (job, time.monotonic())
-        return self._skip.take()
+        skip = self._skip.take()
+        if skip:
+            self.log.info(f'goal {job.key[:8]} dispatched: {skip}')
+        return skip
 
     def begin(self, job: Job, skip: str) -> JobRun | None:
         """Start a dispatched job's run; end it now when skipped, canceled or expired.
@@ -177,6 +180,8 @@ class Server:
     def _overran(self, key: str) -> None:
         with self.lock:
             self._skip.overran(key)
+        self.log.info(f'goal {key[:8]} runs past its deadline (Skip-Next): the next goal '
+                      'dispatched gives its turn up')
 
     def finish(self, job: Job, result: JobResult) -> None:
         """Learn from, count and hand over a finished job's result (always delivered)."""
