@@ -37,7 +37,7 @@ LIVE = frozenset({
     'predictor_share', 'min_cut_saving', 'auto_early_exit', 'deadline_closure', 'tpot_jitter',
     'idle_best_effort', 'min_switch_speedup', 'time_margin', 'context_reduction',
     'count_time_errors', 'length_hedge', 'fidelity_tolerance', 'llama_handover',
-    'feedback_period_s'})
+    'feedback_period_s', 'preemption', 'queue_planning'})
 
 _TABLE = (
     Param('model', 'embedded', "Model source: 'embedded' (SmolLM2-135M-Instruct from the "
@@ -77,6 +77,16 @@ _TABLE = (
           "first), 'svf' (smallest predicted memory-time volume first) or 'svf-1bit' (SVF "
           'from a short/long guess). Skip-Next skips the goal dispatched next in this order.',
           choices=('fifo', 'edf', 'svf', 'svf-1bit')),
+    Param('preemption', True, "Under 'edf': a decoding goal pauses between two tokens for "
+          'a waiting goal with an earlier deadline (its KV cache kept: a llama.cpp '
+          'sequence, a torch lane) and resumes when none waits with an earlier one; a '
+          'paused Kill goal still ends at its deadline. Skip-Next and early-exit goals are '
+          'not paused.'),
+    Param('queue_planning', True, 'A goal that starts while others wait is planned for the '
+          'time that lets the waiting goals that can meet do so on their fastest options '
+          '(core/queue_plan.py): quality only where that schedule has slack. With none '
+          'waiting, or when even its fastest option does not fit that time, it is planned '
+          'for its own deadline.'),
     Param('queue_aware_admission', False, 'Admit a goal for the time left after its '
           'expected wait in the queue (ETE x predicted lengths of the goals ahead), and '
           'refuse one that would push an accepted goal past its deadline by overtaking it. '

@@ -54,6 +54,9 @@ class GenerationStats:
     # Why a goal was stopped before its deadline when not by its next step's length
     # (a replica failed and none can stream the rest in time): in the result's reason.
     stop_why: str = ''
+    # Paused between two tokens for goals with earlier deadlines (preemptive EDF).
+    pauses: int = 0
+    paused_s: float = 0.0
 
     @property
     def decode_s(self) -> float:
@@ -323,6 +326,9 @@ def _reason(outcome: Outcome, met: bool, stats: GenerationStats, slack: float) -
         return f'canceled by the caller after {stats.tokens} tokens'
     switched = f'; {stats.switched_to} decoding from answer token {stats.switched_at + 2}' \
         if stats.switched_at >= 0 else ''
+    if stats.pauses:
+        switched += (f'; paused {stats.pauses} time(s), {stats.paused_s:.3f} s in all, for '
+                     'goals with earlier deadlines')
     closed = (f'; the grammar closed it with {stats.closure_tokens} tokens '
               f'{stats.closure_text!r} (shortest legal values, not the model\'s)'
               if stats.closure_tokens else '')

@@ -11,10 +11,11 @@ Goals are read by duck type: ``plan``, ``clock``, ``request``, ``prompt_ids``, `
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from timebill_ros.core.deadline import closes_batch
+from timebill_ros.core.planning import Plan
 from timebill_ros.core.request import OverrunPolicy, Rejection
 from timebill_ros.core.scheduling import slot_starts
 
@@ -25,7 +26,9 @@ class QueueView:
 
     ``ahead``: goals it would wait behind (the held ones first); ``behind``: goals it
     would overtake; ``running``: (goal, started at); ``prefills``: key -> prompt tokens
-    done of the running goals still prefilling that a newcomer may overtake.
+    done of the running goals still prefilling that a newcomer may overtake;
+    ``pausable``: key -> answer tokens streamed of the decoding goals a newcomer with an
+    earlier deadline pauses (core/preemption.py).
     """
 
     ahead: list
@@ -34,6 +37,7 @@ class QueueView:
     prefills: dict
     order: str
     now: float
+    pausable: dict = field(default_factory=dict)
 
 
 def until_killed(goal, rest_s: float, now: float) -> float:
@@ -81,6 +85,35 @@ class QueueFit:
         done_s = timing.prefill(tokens_done) - timing.prefill(0)
         return until_killed(goal, self.expected_s(goal, timing) - done_s, now)
 
+    def decode_paused_rest_s(self, goal, timing, tokens_done: int, now: float) -> float:
+        """Return what a decoding goal has left: its expected time less its tokens' share."""
+        expected = max(1.0, self.expected_tokens(goal))
+        share = max(0.0, 1.0 - tokens_done / expected)
+        return until_killed(goal, self.expected_s(goal, timing) * share, now)
+
+    def fastest_s(self, goal) -> float:
+        """Return a goal's expected time on its fastest resident option (kept on the goal).
+
+        Every option the planner may run a whole goal on: the full model, each resident
+        precision, each other engine (core.cut_kinds); one without a profile is skipped.
+        """
+        cached = getattr(goal, 'fastest_s', 0.0)
+        if cached:
+            return cached
+        planner, tokens = self.pipeline.planner, self.expected_tokens(goal)
+        context = getattr(planner, 'context', None)
+        names = ['', *context.precisions, *context.engines] if context is not None else ['']
+        times = []
+        for name in names:
+            plan = Plan(mode=goal.plan.mode, prompt_tokens=len(goal.prompt_ids), precision=name)
+            try:
+                times.append(planner.estimate_s(plan, tokens))
+            except (KeyError, ValueError, RuntimeError):  # no profile of this option yet
+                continue
+        fastest = min(times, default=self.expected_s(goal, self.pipeline.online.model))
+        goal.fastest_s = fastest
+        return fastest
+
     def kv_of(self, goal) -> float:
         """Return a goal's cache length halfway through its expected answer."""
         n_x = len(goal.prompt_ids)
@@ -98,10 +131,11 @@ class QueueFit:
         """Plan a newcomer onto one decode slot; raise Rejection if it pushes others late.
 
         ``plan(wait, timing, batch, ahead)`` plans it for the time left after ``wait``.
-        A running goal still in its prefill whose deadline is later than the newcomer's
-        and than those of the goals queued ahead is overtaken (the loop starts an
-        earlier deadline between its chunks): the newcomer does not wait for it, and is
-        refused when the delay would push it past its deadline.
+        A running goal still in its prefill, or decoding and pausable, whose deadline is
+        later than the newcomer's and than those of the goals queued ahead is overtaken
+        (the loop starts an earlier deadline between its chunks or tokens): the newcomer
+        does not wait for it, and is refused when the delay would push it past its
+        deadline.
         """
         model, now = self.pipeline.online.model, view.now
         wait = sum(self.expected_s(other, model) for other in view.ahead)
@@ -111,6 +145,9 @@ class QueueFit:
             if running.key in view.prefills and running.clock.deadline > latest:
                 overtaken.append((running, self.prefill_paused_rest_s(
                     running, model, view.prefills[running.key], now)))
+            elif running.key in view.pausable and running.clock.deadline > latest:
+                overtaken.append((running, self.decode_paused_rest_s(
+                    running, model, view.pausable[running.key], now)))
             else:
                 wait += self.still_to_run_s(running, model, since, now)
         plan(wait, None, 1, len(view.ahead) + len(view.running) - len(overtaken))

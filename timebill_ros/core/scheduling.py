@@ -52,6 +52,9 @@ class Scheduler(Protocol[T]):
     def remove(self, item: T) -> bool:
         """Remove a job (cancel); return whether it was waiting."""
 
+    def first(self) -> T | None:
+        """Return the job to run next without removing it (None when empty)."""
+
     def ahead(self, info: Waiting) -> tuple:
         """Return (jobs a new job with ``info`` would wait behind, jobs it would overtake)."""
 
@@ -94,6 +97,10 @@ class _Ordered(Generic[T]):
     def pop(self) -> T | None:
         """Remove and return the first job in order, or None when empty."""
         return self._entries.pop(0)[2] if self._entries else None
+
+    def first(self) -> T | None:
+        """Return the job to run next without removing it (None when empty)."""
+        return self._entries[0][2] if self._entries else None
 
     def remove(self, item: T) -> bool:
         """Remove a specific job; return whether it was waiting."""

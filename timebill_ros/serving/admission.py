@@ -11,6 +11,7 @@ the plan's note with what changed.
 from __future__ import annotations
 
 from dataclasses import dataclass
+import itertools
 import time
 
 from timebill_ros.core.deadline import DeadlineClock
@@ -18,6 +19,7 @@ from timebill_ros.core.execution import PrefillDecision
 from timebill_ros.core.planning import best_effort, PENDING, Plan
 from timebill_ros.core.request import check_prompt_fits, Rejection
 from timebill_ros.core.queue_fit import QueueFit, QueueView
+from timebill_ros.core.queue_plan import LOOK_BEHIND, queue_budget, Waiting as QueueWaiting
 from timebill_ros.runtime.grammar import GrammarError
 from timebill_ros.runtime.model import request_prompt_ids
 from timebill_ros.serving.context_reduction import ContextReduction
@@ -154,7 +156,7 @@ class Admission:
         ahead, behind = dispatch.queue.ahead(job.waiting())
         view = QueueView([*dispatch.held.values(), *ahead], behind,
                          list(dispatch.running.values()), dispatch.prefills_left(),
-                         dispatch.queue.name, time.monotonic())
+                         dispatch.queue.name, time.monotonic(), dispatch.pausable())
 
         def plan(wait: float, timing, batch: int, ahead: int) -> None:
             job.plan = self._plan(job, pipeline, known, pending, wait, timing, batch, ahead)
@@ -189,17 +191,25 @@ class Admission:
 
         ``timing`` is the ETE of the batch of ``batch`` it joins (None: it decodes
         alone). A goal whose length comes from its prefill is planned there; any other
-        is re-planned only when it waited longer than admission expected or joins
-        another batch than it planned for. Raise Rejection when that re-plan refuses it,
-        or when it is expected to miss while others wait (``yield_if_late``).
+        is re-planned when it waited longer than admission expected, joins another
+        batch than it planned for, or when the goals waiting behind it need part of its
+        time (``queue_planning``: core.queue_plan). Raise Rejection when that re-plan
+        refuses it, or when it is expected to miss while others wait (``yield_if_late``).
         """
         self.yield_if_late(pipeline, job, timing)
+        share = self._queue_share(pipeline, job)
         if self.length.in_prefill(pipeline, job.request):
             predictor = self.server.predictor
             pooling = getattr(getattr(predictor, 'featurizer', None), 'pooling', 'last')
-            return job.plan, PrefillDecision(predictor.prefill_layer,
-                                             self._plan_in_prefill(pipeline, job, timing),
-                                             whole_prompt=pooling != 'last')
+            return job.plan, PrefillDecision(
+                predictor.prefill_layer, self._plan_in_prefill(pipeline, job, timing, share),
+                whole_prompt=pooling != 'last')
+        if share is not None:
+            plan = self._plan_for(pipeline, job, timing, job.plan.predicted_tokens or None,
+                                  share[0])
+            if plan is not None:
+                return with_job_notes(replanned(plan, f'at dispatch: {share[1]}'), job,
+                                      pipeline), None
         waited = job.clock.elapsed() - job.expected_wait_s
         if abs(waited) <= REPLAN_AFTER_S and batch == job.expected_batch:
             return job.plan, None
@@ -219,6 +229,38 @@ class Admission:
                                 job.plan) from None
         plan = replanned(plan, f'at dispatch: {why}')
         return with_job_notes(plan, job, pipeline), None
+
+    def _plan_for(self, pipeline, job: Job, timing, predicted, seconds: float) -> Plan | None:
+        """Return the goal's plan for ``seconds`` (the queue's share), None if none fits."""
+        try:
+            return pipeline.planner.plan(job.request, len(job.prompt_ids), seconds, predicted,
+                                         timing=cached(pipeline, job, timing),
+                                         spread=job.spread, engine_prefix=job.engine_prefix)
+        except Rejection:
+            return None  # not even the fastest option fits it: planned for its own time
+
+    def _queue_share(self, pipeline, job: Job) -> tuple | None:
+        """Return (seconds, why) a starting goal is planned for while others wait, or None.
+
+        None when its own time left binds: nothing waits, ``queue_planning`` is off, or
+        the goals waiting that can meet do so whatever it runs on (core.queue_plan).
+        """
+        if not self.config.queue_planning or pipeline.online is None:
+            return None
+        dispatch = self.server.dispatch
+        with dispatch.lock:
+            waiting = list(itertools.islice(iter(dispatch.queue), LOOK_BEHIND))
+        if not waiting:
+            return None
+        fit, now = self.queue_fit(pipeline), job.clock.now()
+        budget = queue_budget(now, job.clock.deadline, fit.fastest_s(job), [
+            QueueWaiting(other.clock.deadline, fit.fastest_s(other)) for other in waiting])
+        if not budget.binds(job.clock.deadline):
+            return None
+        seconds = budget.finish_by - now
+        return seconds, (f'for {seconds:.3f} s of its {job.clock.remaining():.3f} s: '
+                         f'{budget.protected} of the {budget.waiting} goals waiting meet on '
+                         'their fastest options only if it ends by then')
 
     def yield_if_late(self, pipeline, job: Job, timing=None) -> None:
         """Refuse a goal about to start that is expected to miss while others wait.
@@ -244,8 +286,11 @@ class Admission:
                             f'tokens, the recent mean) with {left:.3f} s left and {waiting} '
                             'goals waiting for the model', job.plan)
 
-    def _plan_in_prefill(self, pipeline, job: Job, timing):
-        """Return the prefill's plan maker: plan on the length its hidden states predict."""
+    def _plan_in_prefill(self, pipeline, job: Job, timing, share: tuple | None):
+        """Return the prefill's plan maker: plan on the length its hidden states predict.
+
+        ``share``: (seconds, why) the goals waiting leave it (None: its own time).
+        """
         request, n_prompt = job.request, len(job.prompt_ids)
         left = job.clock.remaining()  # at the start of prefill, which the plan covers
         predictor = self.server.predictor
@@ -253,16 +298,21 @@ class Admission:
         def plan_from(hidden) -> Plan:
             predicted, raised = self.length.at_least_shortest(
                 predictor.predict_from_hidden(hidden, request), '', request, job.grammar)
-            try:
-                plan = pipeline.planner.plan(request, n_prompt, left, predicted,
-                                             timing=cached(pipeline, job, timing),
-                                             engine_prefix=job.engine_prefix)
-            except Rejection as exc:
-                plan = self._best_effort_alone(request, timing, exc)
-                if plan is None:
-                    raise
-            job.plan = with_job_notes(replanned(plan, raised or f'in prefill: {predicted} '
-                                                'answer tokens predicted'), job, pipeline)
+            note = raised or f'in prefill: {predicted} answer tokens predicted'
+            plan = self._plan_for(pipeline, job, timing, predicted, share[0]) \
+                if share is not None else None
+            if plan is not None:
+                note += f', {share[1]}'
+            else:
+                try:
+                    plan = pipeline.planner.plan(request, n_prompt, left, predicted,
+                                                 timing=cached(pipeline, job, timing),
+                                                 engine_prefix=job.engine_prefix)
+                except Rejection as exc:
+                    plan = self._best_effort_alone(request, timing, exc)
+                    if plan is None:
+                        raise
+            job.plan = with_job_notes(replanned(plan, note), job, pipeline)
             return job.plan  # admission now sees the predicted length of a running goal
         return plan_from
 

@@ -113,6 +113,18 @@ class Dispatch:
         """
         return self.queue.name == 'edf'
 
+    def earliest_waiting(self) -> float:
+        """Return the earliest deadline of the queued goals (inf: none, or no preemption).
+
+        The loop asks at every token boundary whether a decoding goal pauses for it:
+        under EDF with ``preemption`` on only.
+        """
+        if not (self.overtakes_prefills and self.server.config.preemption):
+            return math.inf
+        with self.lock:
+            head = self.queue.first()
+        return head.clock.deadline if head is not None else math.inf
+
     def prefills_left(self) -> dict:
         """Return the goals of the running loop a newcomer may overtake: key -> tokens done.
 
@@ -123,6 +135,20 @@ class Dispatch:
         loop = self.loop
         entries = list(loop.prefilling) if loop is not None else []
         return {entry.member.key: entry.prefill.tokens_done for entry in entries}
+
+    def pausable(self) -> dict:
+        """Return the decoding goals a newcomer with an earlier deadline would pause.
+
+        key -> answer tokens streamed; none unless the loop preempts (EDF, ``preemption``).
+        """
+        loop = self.loop
+        if loop is None or self.earliest_waiting is None or not (
+                self.overtakes_prefills and self.server.config.preemption):
+            return {}
+        lanes = dict(loop.lanes)
+        return {key: member.stats.tokens for key, member in list(loop.members.items())
+                if not member.run.closes_batch
+                and not getattr(lanes.get(member.lane), 'exclusive', False)}
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the worker thread (the running goals end first)."""
@@ -177,7 +203,7 @@ class Dispatch:
             if self._stopping or len(self.queue) == 0:
                 return None
             if before != math.inf and (not self.overtakes_prefills or
-                                       next(iter(self.queue)).clock.deadline >= before):
+                                       self.queue.first().clock.deadline >= before):
                 return None
             job = self.queue.pop()
             skip_reason = self.lifecycle.dispatched(job)
@@ -207,7 +233,8 @@ class Dispatch:
         """Run a decode loop from ``taken`` until no goal is left in it."""
         pipeline = self.server.pipeline  # one pipeline per loop, even across a reload
         loop = DecodeLoop(pipeline.engine, pipeline.max_batch,
-                          on_step=self.server.learning.step_observer(pipeline))
+                          on_step=self.server.learning.step_observer(pipeline),
+                          earliest_waiting=self.earliest_waiting)
         first = [taken]
         try:
             with self.server.assembly.model_lock:

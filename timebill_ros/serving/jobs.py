@@ -69,6 +69,8 @@ class Job:
     # The answer length admission chose, once per goal (admission.LocalLength locally,
     # replica_admission.LengthBasis on replicas, kept for a re-plan when a goal moves).
     length_basis: object = None
+    # Its expected time on its fastest option (core.queue_fit; 0: not yet computed).
+    fastest_s: float = 0.0
     # Replicas: the replica admission chose to run it on.
     replica: object = None
 

@@ -23,8 +23,10 @@ from typing import Callable, Protocol, Sequence
 from timebill_ros.core.execution import (
     GenerationStats, PrefillDecision, PrefillInterrupted, TokenEvent)
 from timebill_ros.core.planning import Fallback, Plan
+from timebill_ros.core.preemption import Decoding, to_pause
 from timebill_ros.serving.engine_interface import LoopEngine, FULL_LANE
 from timebill_ros.serving.members import Member, Prefilling
+from timebill_ros.serving.pausing import PausedGoals
 
 
 # How many of a lane's last steps its expected next step is the median of.
@@ -55,7 +57,8 @@ class PrecisionSwitch:
                 continue
             index = member.stats.tokens - 1  # the last answer token streamed
             alone = loop.decoding() == 1
-            to = member.run.switch_to(index, None if alone else loop.sharing)
+            to = member.run.switch_to(
+                index, None if alone else lambda rule: shared_rule(loop, rule))
             if to:
                 loop.move(member, (to,))
                 member.stats.switched_at, member.stats.switched_to = index, to
@@ -65,18 +68,34 @@ class PrecisionSwitch:
         return logits
 
 
+def shared_rule(loop: 'DecodeLoop', fallback: Fallback) -> Fallback:
+    """Return a switch rule timed on the loop's lanes this round (``Fallback.sharing``)."""
+    last, target = loop.last_step, (fallback.precision,)
+    after = sum(last.get(key, 0.0) for key in loop.lanes if key not in (FULL_LANE, target))
+    if len(loop.lanes.get(FULL_LANE, ())) > 1:  # the full-precision batch goes on
+        after += last.get(FULL_LANE, 0.0)
+    if target in loop.lanes:  # joining makes that batch's step heavier, not lighter
+        after += max(0.0, last.get(target, 0.0) - fallback.step_s)
+    return fallback.sharing(sum(last.get(key, 0.0) for key in loop.lanes), after)
+
+
 class DecodeLoop:
     """Run goals on one engine until none is left: the only token loop."""
 
     def __init__(self, engine: LoopEngine, capacity: int = 1,
                  hooks: Sequence[StepHook] = (PrecisionSwitch(),),
-                 on_step: Callable[[tuple, int, int, float], None] | None = None):
+                 on_step: Callable[[tuple, int, int, float], None] | None = None,
+                 earliest_waiting: Callable[[], float] | None = None):
         """Decode at most ``capacity`` goals at once on ``engine``.
 
         ``on_step(lane, size, total_kv, seconds)`` sees every lane step (online ETE).
+        ``earliest_waiting()`` gives the earliest deadline of the goals waiting to start
+        (inf: none): a decoding goal with a later one pauses for it at a token boundary
+        (core/preemption.py). None: no goal pauses (FIFO, SVF, tools).
         """
         self.engine, self.capacity, self.hooks = engine, capacity, tuple(hooks)
-        self.on_step = on_step
+        self.on_step, self.earliest_waiting = on_step, earliest_waiting
+        self.paused = PausedGoals()
         self.members: dict = {}  # key -> Member
         self.prefilling: list = []  # Prefilling goals, oldest first
         self.lanes: dict = {}  # lane key -> lane
@@ -112,25 +131,30 @@ class DecodeLoop:
             return None
         if self.decoding() < self.capacity:
             return math.inf
-        if len(self.members) < self.capacity and self.decoding() < 2 * self.capacity:
+        if len(self.members) < self.capacity and self.seats_free() > 0:
             earliest = min(_deadline(entry.member.run) for entry in self.prefilling)
             # Prefills without deadlines yield to a goal with one, not to another without.
             return min(earliest, sys.float_info.max)
         return None
+
+    def seats_free(self) -> int:
+        """Count the caches a new goal may still take (2 x ``capacity``, paused ones in)."""
+        return 2 * self.capacity - self.decoding() - len(self.paused)
 
     def run(self, refill: Callable[['DecodeLoop', float], bool]) -> None:
         """Decode until no goal is left; ``refill(loop, before)`` starts one waiting goal.
 
         ``refill`` starts a goal whose deadline is earlier than ``before`` (inf: any)
         and returns False when none waits; it is asked once before the first round,
-        then at every token boundary while there is room (``room_before``).
+        then at every token boundary while there is room (``room_before``). A paused
+        goal resumes when no waiting goal has an earlier deadline.
         """
         try:
             refill(self, math.inf)
-            while self.members or self.prefilling:
-                while (before := self.room_before()) is not None:
-                    if not refill(self, before):
-                        break
+            while self.members or self.prefilling or self.paused:
+                self.paused.end_due(self._lane, self.engine.clock())
+                self._pause_for_earlier()
+                self._fill(refill)
                 if self.prefilling:
                     self._prefill_chunk()
                 if self.members:
@@ -141,6 +165,29 @@ class DecodeLoop:
             for entry in self.prefilling:
                 entry.prefill.abandon()
             self._threads.close()
+
+    def _fill(self, refill) -> None:
+        """Start waiting goals and resume paused ones while there is room, by deadline."""
+        while (before := self.room_before()) is not None:
+            due = self.paused.next_due(_deadline)
+            if self.seats_free() > 0 and refill(self, min(before, due)):
+                continue
+            if not self.paused or self.decoding() >= self.capacity:
+                return
+            member = self.paused.resume_first(_deadline, self._lane, self.engine.clock())
+            self.members[member.key] = member
+
+    def _pause_for_earlier(self) -> None:
+        """Pause the decoding goal a waiting goal with an earlier deadline displaces."""
+        if self.earliest_waiting is None or not self.members or self.closed() \
+                or self.room_before() is not None:
+            return
+        key = to_pause([Decoding(k, _deadline(m.run), not self.lanes[m.lane].exclusive)
+                        for k, m in self.members.items()],
+                       self.earliest_waiting(), self.seats_free())
+        if key is not None:
+            member = self.members.pop(key)
+            self.paused.pause(member, self.lanes[member.lane], self.engine.clock())
 
     def start(self, member: Member, prompt_ids: Sequence[int], plan: Plan,
               decide: PrefillDecision | None = None) -> None:
@@ -241,16 +288,6 @@ class DecodeLoop:
         member.lane = lane_key
         self._lane(lane_key).join(member.key, cache, position)
 
-    def sharing(self, fallback: Fallback) -> Fallback:
-        """Return a switch rule timed on this round's lanes (``Fallback.sharing``)."""
-        last, target = self.last_step, (fallback.precision,)
-        after = sum(last.get(key, 0.0) for key in self.lanes if key not in (FULL_LANE, target))
-        if len(self.lanes.get(FULL_LANE, ())) > 1:  # the full-precision batch goes on
-            after += last.get(FULL_LANE, 0.0)
-        if target in self.lanes:  # joining makes that batch's step heavier, not lighter
-            after += max(0.0, last.get(target, 0.0) - fallback.step_s)
-        return fallback.sharing(sum(last.get(key, 0.0) for key in self.lanes), after)
-
     def fail_all(self, exc: Exception) -> None:
         """End every goal in the loop as failed (the loop itself broke)."""
         for member in list(self.members.values()):
@@ -260,6 +297,7 @@ class DecodeLoop:
         for entry in prefilling:
             entry.prefill.abandon()
             entry.member.end(entry.member.run.failed(exc))
+        self.paused.fail_all(exc, self._lane)
         self.lanes.clear()
 
     def _lane(self, key: tuple):

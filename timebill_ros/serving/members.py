@@ -41,6 +41,9 @@ class TokenRules(Protocol):
     def switch_to(self, index: int, sharing) -> str:
         """Name a precision to move to before decode step ``index`` ('' = stay)."""
 
+    def silent(self) -> None:
+        """Note that the goal stops while it waits (paused): Kill, or its cancel."""
+
     def finish(self, stats: GenerationStats):
         """Return the result of a goal whose generation ended."""
 

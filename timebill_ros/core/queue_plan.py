@@ -1,0 +1,80 @@
+"""Planning against the queue: how long a goal starting now may take, for those behind it.
+
+Pure rules, no torch and no threads. A goal planned for itself takes the most faithful
+option that fits its own deadline, and the goals waiting behind it may then miss theirs
+where a faster option would have served them all. So a goal that starts while others
+wait is planned for the time that leaves them theirs: the goals behind it that can
+still meet (the most of them, Moore-Hodgson over EDF order, each on its fastest
+option) keep their latest start times, and the goal must end before the first of
+them. Quality is spent only where that schedule has slack; with none waiting the plan
+is as before. The loop then runs the queue in EDF order (core/scheduling.py,
+core/preemption.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import math
+from typing import Sequence
+
+# The goals behind a starting goal that its plan looks at (EDF order): those further
+# back start after many others, which are planned when they start.
+LOOK_BEHIND = 32
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A goal waiting behind: its deadline and its service time on its fastest option."""
+
+    deadline: float
+    fastest_s: float
+
+
+@dataclass(frozen=True)
+class QueueBudget:
+    """When a starting goal must end so that the goals behind it still meet.
+
+    ``finish_by``: absolute time (its own deadline when nothing behind binds it);
+    ``protected``: the goals behind that can meet if it ends by then; ``waiting``:
+    the goals looked at.
+    """
+
+    finish_by: float
+    protected: int
+    waiting: int
+
+    def binds(self, deadline: float) -> bool:
+        """Tell whether the queue leaves the goal less time than its own deadline."""
+        return self.protected > 0 and self.finish_by < deadline
+
+
+def most_on_time(start: float, jobs: Sequence[Waiting]) -> list:
+    """Return the most ``jobs`` one server finishes by their deadlines from ``start``.
+
+    Moore-Hodgson: in deadline order; whenever the running end passes a deadline, drop
+    the longest job kept so far. Returned in deadline order.
+    """
+    kept, end = [], start
+    for job in sorted(jobs, key=lambda job: job.deadline):
+        kept.append(job)
+        end += job.fastest_s
+        if end > job.deadline:
+            longest = max(kept, key=lambda job: job.fastest_s)
+            kept.remove(longest)
+            end -= longest.fastest_s
+    return kept
+
+
+def queue_budget(now: float, deadline: float, fastest_s: float,
+                 behind: Sequence[Waiting]) -> QueueBudget:
+    """Return when a goal starting ``now`` must end for the goals ``behind`` it.
+
+    ``fastest_s``: its own time on its fastest option; the goals behind that cannot
+    meet even after that are not protected (they are lost whatever it runs on).
+    """
+    behind = sorted(behind, key=lambda job: job.deadline)[:LOOK_BEHIND]
+    kept = most_on_time(now + fastest_s, behind)
+    latest_start = math.inf
+    for job in reversed(kept):
+        latest_start = min(latest_start, job.deadline) - job.fastest_s
+    return QueueBudget(min(deadline, latest_start), len(kept), len(behind))
