@@ -12,6 +12,7 @@ its pauses (from its result's reason), Kill lateness, FAILED.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 from benchmarks.bench_context import Nodes as ContextNodes
@@ -91,6 +92,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     out = claim_out(args.out, 'preempt')
     log = stamped_log()
+    from timebill_ros.tools.client import ensure_init
+    ensure_init()
     nodes = Nodes(log)
     rounds = {'A': [], 'B': []}
     try:
@@ -101,7 +104,8 @@ def main(argv=None) -> int:
                 log(f"round {index + 1} {name}: {summarise(rounds[name][-1:])}")
     finally:
         nodes.stop()
-    report = {'command': 'python -m benchmarks.bench_preempt ' + ' '.join(argv or []),
+    given = sys.argv[1:] if argv is None else argv
+    report = {'command': ' '.join(['python -m benchmarks.bench_preempt', *given]),
               'commit': commit(), 'date': time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()),
               'machine': machine(), 'rounds': rounds,
               'summary': {name: summarise(runs) for name, runs in rounds.items()}}
