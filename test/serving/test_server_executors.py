@@ -129,3 +129,15 @@ def test_close_stops_a_running_goal_at_its_next_token_with_the_reason(server):
     with pytest.raises(Exception, match='not accepting goals: the node is shutting down'):
         server.admit(spec(30.0, 3), 'refused')
     assert server.settled()
+
+
+def test_a_callers_expected_length_is_what_the_goal_is_planned_on(server):
+    goal_spec = GoalSpec('Report the battery level.', budget_s=30.0, mode=int(Mode.AUTO),
+                         max_new_tokens=40, expected_tokens=7)
+    job = server.admit(goal_spec, 'expected-7')
+    server.submit(job)
+    assert job.done.wait(WAIT_S)
+    # The length each executor chose once (local: LocalLength.known; replica: LengthBasis).
+    basis = job.length_basis
+    chosen = basis.known if hasattr(basis, 'known') else basis.predicted
+    assert chosen == 7, basis

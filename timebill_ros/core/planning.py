@@ -93,7 +93,9 @@ class Plan:
     fit_probability: float = 1.0
     fits_tokens: int = 0  # answer tokens whose time fits under the chosen cut (0: none)
     note: str = ''
-    # Weight precision of the decode steps ('' = the node's own dtype).
+    # The engine option the decode steps run on ('' = the node's own model at its dtype;
+    # a resident precision such as 'int8-dynamic'; another engine such as
+    # 'llama.cpp-q4_1'): named precision after the message field clients read.
     precision: str = ''
     # A resident copy that runs the prefill too ('' = the node's own model): a 16-bit
     # copy where the CPU (AMX, avx512_bf16) or GPU prefills faster at 16 bits.

@@ -126,11 +126,16 @@ class ReplicaExecutor:
     def _length_basis(self, job: Job) -> LengthBasis:
         """Return what the goal's answer length is planned on, decided once per goal.
 
-        A schema's own earlier answers say most; then the text predictor's calibrated
-        prediction; then the recent answers' spread (or their mean).
+        The order of the local path (serving/length_choice.py), with what a replica has:
+        the caller's own ``expected_tokens``; a schema's own earlier answers; then the
+        text predictor's calibrated prediction; then the recent answers' spread (or
+        their mean).
         """
         learning = self.lifecycle.learning
         cap, typical = job.request.max_new_tokens, learning.typical_tokens
+        if job.request.expected_tokens > 0:
+            expected = min(job.request.expected_tokens, cap)
+            return LengthBasis(None, float(expected), expected, "the caller's expected_tokens")
         form = job.answer_form and learning.grammar_lengths(job.answer_form, cap)
         if form:
             return LengthBasis(form, typical, predictor='earlier answers of its schema')
