@@ -5,8 +5,10 @@ greedy. The bare engine is llama-cpp-python's own generation loop on the node's 
 (``--engine``, q4_1), one command after another, its prompts tokenized beforehand. The
 node (shipped parameters) gets the same commands at once from one client with loose
 budgets, each goal pinned to that llama.cpp option, then again under MODE_AUTO; its rate
-is the goals over the time from the first send to the last result. ``--profile`` records
-the node's threads with py-spy during the pinned burst (speedscope JSON in the folder).
+is the goals over the time from the first send to the last result. ``--profile`` runs
+the node with benchmarks/probes/yappi_hook and profiles every thread (CPU clock) during
+the pinned burst: node_profile.txt and .pstat in the folder (yappi slows Python code, so
+that burst's rate is not the node's own).
 
     python -m benchmarks.bench_goal_rate --goals 100 --out results/goal_rate/<run>
 """
@@ -15,8 +17,9 @@ from __future__ import annotations
 
 import argparse
 from datetime import datetime, timezone
-import shutil
-import subprocess
+import os
+from pathlib import Path
+import signal
 import sys
 import time
 
@@ -59,14 +62,12 @@ def node_burst(client, commands: list, max_new: int, precision: str) -> dict:
             'e2e_s': sorted(round(run.result.e2e_s, 3) for run in runs if run.accepted)}
 
 
-def profiled(pid: int, out_file):
-    """Start py-spy on ``pid`` (all threads, idle ones too); None when py-spy is missing."""
-    spy = shutil.which('py-spy')
-    if spy is None:
-        return None
-    return subprocess.Popen([spy, 'record', '--pid', str(pid), '--rate', '50', '--idle',
-                             '--threads', '--format', 'speedscope', '-o', str(out_file)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+def profile_env(out) -> dict:
+    """Return the environment that loads the yappi hook into the node (``--profile``)."""
+    hook = Path(__file__).resolve().parent / 'probes' / 'yappi_hook'
+    return {'TIMEBILL_YAPPI_OUT': str(out / 'node_profile'),
+            'PYTHONPATH': os.pathsep.join(filter(None, [str(hook),
+                                                        os.environ.get('PYTHONPATH', '')]))}
 
 
 def markdown(report: dict) -> str:
@@ -113,19 +114,21 @@ def main(argv=None) -> int:
     import rclpy
     from timebill_ros.tools.client import InstructClient, make_goal
     from timebill_ros.tools.process import NodeProcess
-    node = NodeProcess(dict(item.split('=', 1) for item in args.param), ready_timeout=1800.0)
+    node = NodeProcess(dict(item.split('=', 1) for item in args.param), ready_timeout=1800.0,
+                       env=profile_env(out) if args.profile else None)
     rclpy.init()
     client = InstructClient(node_name='bench_goal_rate')
     try:
         client.wait_for_server(60)
         client.ask(make_goal('Say hi.', 60.0, max_new_tokens=2), 120)  # first-goal costs
-        spy = profiled(node.proc.pid, out / 'pinned.speedscope.json') if args.profile \
-            else None
+        if args.profile:
+            node.proc.send_signal(signal.SIGUSR1)
+            time.sleep(1.0)  # the node's main thread takes the signal between spins
         report['pinned'] = node_burst(client, commands, args.max_new_tokens,
                                       option_name(args.engine))
-        if spy is not None:
-            spy.terminate()
-            spy.wait(30)
+        if args.profile:
+            node.proc.send_signal(signal.SIGUSR2)
+            time.sleep(5.0)
         log(f"node pinned: {report['pinned']['goals_per_s']:.2f} goals/s")
         report['auto'] = node_burst(client, commands, args.max_new_tokens, '')
         log(f"node auto: {report['auto']['goals_per_s']:.2f} goals/s")

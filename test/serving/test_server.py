@@ -757,8 +757,14 @@ def test_the_length_predictor_is_skipped_when_its_cost_would_eat_the_budget(
         assert 'spread of 18 recent answers' in tight.plan.note, tight.plan.note
         # Half the answers ran past 20 tokens, how far unknown: planned up to the cap.
         assert tight.plan.worst_case_tokens == 50
+        # All 50 tokens fit on the full model in 10 s: no prediction could change the plan.
         roomy = server.dry_run(GoalSpec('Go.', budget_s=10.0, mode=auto, max_new_tokens=50))
-        assert 'length predictor' not in roomy.plan.note and roomy.plan.predicted_tokens == 50
+        assert 'no prediction could change the plan' in roomy.plan.note, roomy.plan.note
+        assert server.executor.admission.length.predict_s == 1.0  # not run
+        # 50 tokens (~4.9 s) do not fit 5 s less the margin; 1 s is under 25 % of it: run.
+        middle = server.dry_run(GoalSpec('Go.', budget_s=5.0, mode=auto, max_new_tokens=50))
+        assert 'length predictor' not in middle.plan.note, middle.plan.note
+        assert middle.plan.predicted_tokens == 50
         # The run just measured joins the mean.
         assert server.executor.admission.length.predict_s < 1.0
     finally:
@@ -865,7 +871,10 @@ def test_a_schema_goal_is_planned_on_its_schemas_shortest_and_earlier_answers(
             assert planned.predicted_tokens == 14 and planned.worst_case_tokens < 50
             assert 'spread of 4 earlier answers to this schema' in planned.note
         other = plan(10.0, schema.replace('"go"', '"wait"'))  # another schema: no answers yet
-        assert other.predictor != 'answers to this schema' and other.predicted_tokens == 50
+        # All 50 tokens fit in 10 s: the (1-s) predictor is not run, the shortest stands.
+        assert other.predictor != 'answers to this schema'
+        assert 'no prediction could change the plan' in other.note, other.note
+        assert other.predicted_tokens == shortest
     finally:
         server.stop(timeout_s=30.0)
 

@@ -4,8 +4,13 @@ ROS-free. In order: the caller's own expected length; the spread of earlier answ
 the same schema or grammar; the length predictor in the goal's own prefill (the
 target-layer head, when the goal surely runs on torch); the predictor at admission,
 unless its measured cost would eat more than ``predictor_share`` of the time left (then
-the text head, or the spread of recent answers). A grammar's shortest whole answer is a
-floor. Where the length came from goes into every plan's note.
+the text head, or the spread of recent answers). The predictor is not run at all when
+its answer cannot change the plan and it costs more than ``WORTH_SKIPPING_S``: the
+goal's whole ``max_new_tokens`` already fits on its most faithful option (the full
+model, or the option it pins), so the spread of recent answers stands in for its length
+(a short goal's per-goal cost: the target-layer head ran ~120 ms of CPU a goal beside
+the engine in bench_goal_rate). A grammar's shortest whole answer is a floor. Where
+the length came from goes into every plan's note.
 """
 
 from __future__ import annotations
@@ -14,7 +19,12 @@ import time
 
 from timebill_ros.core.length import unpredicted
 from timebill_ros.core.planning import TimeBillPlanner
+from timebill_ros.core.request import Mode, Rejection
 from timebill_ros.serving.plan_notes import on_torch_for_sure
+
+# A predictor whose measured cost is below this runs anyway: its length still informs
+# the queue's expected times, and checking whether it could matter costs ~1 ms.
+WORTH_SKIPPING_S = 0.005
 
 
 class LengthChoice:
@@ -60,8 +70,15 @@ class LengthChoice:
             return request.expected_tokens, '', None
         if pending or not isinstance(pipeline.planner, TimeBillPlanner):
             return None, '', None
+        if self.predict_s > WORTH_SKIPPING_S and \
+                self._worst_case_fits(pipeline, request, n_prompt, left_s):
+            return self._skipped(pipeline, (
+                f'length predictor not run: all {request.max_new_tokens} answer tokens fit '
+                'on its most faithful option, so no prediction could change the plan'))
         if self.predict_s > self.config.predictor_share * left_s:
-            return self._by_text(request, n_prompt, left_s) or self._skipped(pipeline, left_s)
+            return self._by_text(request, n_prompt, left_s) or self._skipped(pipeline, (
+                f'length predictor skipped (~{self.predict_s:.3f} s, over '
+                f'{self.config.predictor_share:.0%} of the {left_s:.3f} s left)'))
         start = time.monotonic()
         predicted = int(pipeline.planner.predictor.predict(request, n_prompt))
         took = time.monotonic() - start
@@ -119,13 +136,26 @@ class LengthChoice:
                f'{text.name} predicted {predicted} tokens in {took * 1e3:.0f} ms')
         return predicted, why, dist
 
-    def _skipped(self, pipeline, left_s: float) -> tuple:
+    @staticmethod
+    def _worst_case_fits(pipeline, request, n_prompt: int, left_s: float) -> bool:
+        """Tell whether the whole ``max_new_tokens`` fits on the most faithful option.
+
+        That option: the full model at the node's dtype, or the option the goal pins;
+        no eviction, early exit or lower precision. Then the length cannot change which
+        option the plan takes (one planner call, ~1 ms, against the predictor's run).
+        """
+        try:
+            plan = pipeline.planner.plan(request, n_prompt, left_s, request.max_new_tokens)
+        except Rejection:
+            return False
+        return (plan.precision == request.precision and plan.eviction_ratio == 0.0
+                and plan.mode != Mode.EARLY_EXIT and not plan.precision_mix)
+
+    def _skipped(self, pipeline, why: str) -> tuple:
         """Return (length, note, spread) of a goal planned without its length predictor."""
         calibration = getattr(pipeline.planner.predictor, 'distribution', None)
         spread = self.server.learning.recent_lengths(
             unpredicted(calibration) if calibration is not None else None)
-        why = (f'length predictor skipped (~{self.predict_s:.3f} s, over '
-               f'{self.config.predictor_share:.0%} of the {left_s:.3f} s left)')
         if spread is None:
             typical = max(1, round(self.server.learning.typical_tokens))
             return typical, f'{why}: planned on the running mean, {typical} answer tokens', None
