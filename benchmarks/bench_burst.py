@@ -8,6 +8,14 @@ measured service times: the most goals a single server could finish by their dea
 with every arrival known in advance (Moore-Hodgson over EDF order, optimal for that
 count). A refused goal "could have met" when, at its refusal, its own measured service
 time still fit in its time left.
+
+The node runs the shipped parameters (``-p`` overrides them; until 2026-12-07 this
+benchmark turned llama_engines off). ``--pin OPTION`` pins every goal to one engine
+option (a fixed choice through the node). ``--peer`` then runs the same burst on what a
+user would run instead (benchmarks/burst_peer.py: llama.cpp first come, first served,
+the client cancelling at the deadline) and adds the yardstick with option choice: the
+offline schedule on each goal's service time on the fastest option (Q4_1, measured
+alone), which no node run of this burst can beat in count.
 """
 
 from __future__ import annotations
@@ -85,6 +93,24 @@ def summarise(rows: list) -> dict:
                 [(r['reject_reason'] or r['reason']).split(' (')[0][:60] for r in refused]))}
 
 
+def run_peer(commands: list, budgets: list, max_new: int) -> dict:
+    """Run the peer on the same burst and the yardstick on fastest-option times."""
+    from benchmarks import burst_peer
+    llm, ids_of = burst_peer.load_peer()
+    distinct = {text: ids_of(text) for text in dict.fromkeys(commands)}
+    fastest = burst_peer.fastest_service(llm, distinct, max_new)
+    sent = [commands[i % len(commands)] for i in range(len(budgets))]
+    rows = burst_peer.fcfs_burst(llm, [distinct[text] for text in sent], budgets, max_new)
+    jobs = [(budget, fastest[text], i) for i, (text, budget) in enumerate(zip(sent, budgets))]
+    killed = [r['late_s'] for r in rows if r['outcome'] == 'KILLED']
+    return {'met': sum(r['met'] for r in rows), 'goals': len(rows),
+            'outcomes': {name: sum(r['outcome'] == name for r in rows)
+                         for name in ('COMPLETED', 'KILLED', 'CANCELED')},
+            'worst_kill_late_s': max(killed, default=None),
+            'offline_fastest_met': len(most_on_time(jobs)),
+            'median_fastest_s': statistics.median(fastest.values()), 'rows': rows}
+
+
 def statistics_counts(texts: list) -> list:
     """Return (text, count) pairs, most common first."""
     return sorted(((t, texts.count(t)) for t in set(texts)), key=lambda pair: -pair[1])
@@ -110,6 +136,17 @@ def markdown(report: dict) -> str:
              f"Outcomes: {s['outcomes']}. Median service time (prefill + decode of a completed "
              f"goal): {s['median_service_s']:.3f} s.", '', 'Refusal reasons:', '']
     lines += [f'- {count} x {text}' for text, count in s['refusal_reasons'].items()]
+    peer = report.get('peer')
+    if peer:
+        lines += ['', f"Pinned to: `{report.get('pin') or 'none (the planner chooses)'}`.", '',
+                  '| the same burst | met |', '|---|---|',
+                  f"| this node | {s['met']} |",
+                  f"| llama.cpp first come, first served, client cancels at the deadline "
+                  f"| {peer['met']} ({peer['outcomes']}) |",
+                  f"| offline schedule, every goal on the fastest option (Q4_1, median "
+                  f"{peer['median_fastest_s']:.3f} s) | {peer['offline_fastest_met']} |",
+                  '', f"node / peer: {s['met'] / max(1, peer['met']):.2f}; node / offline "
+                  f"with option choice: {s['met'] / max(1, peer['offline_fastest_met']):.0%}"]
     by_budget = {}
     for row in report['rows']:
         entry = by_budget.setdefault(row['budget_s'], [0, 0])
@@ -130,6 +167,10 @@ def main(argv=None) -> int:
     parser.add_argument('--model', default='embedded')
     parser.add_argument('-p', '--param', action='append', default=[],
                         help='extra node parameter NAME=VALUE (repeatable)')
+    parser.add_argument('--pin', default='', help="pin every goal to an engine option "
+                        "(e.g. 'llama.cpp-q4_1'); default: the planner's choice")
+    parser.add_argument('--peer', action='store_true',
+                        help='also run the llama.cpp first-come-first-served peer')
     args = parser.parse_args(argv)
     out = harness.new_results_dir(args.out)
     if out is None:
@@ -138,7 +179,7 @@ def main(argv=None) -> int:
     from timebill_ros.evaluation import robot_workload
     from timebill_ros.tools.client import ClientTimeout, InstructClient, make_goal
     from timebill_ros.tools.process import NodeProcess
-    params = {'model': args.model, 'llama_engines': ''}
+    params = {'model': args.model}
     params.update(dict(item.split('=', 1) for item in args.param))
     started = time.monotonic()
     log = common.stamped_log(started)
@@ -159,7 +200,8 @@ def main(argv=None) -> int:
         log(f'sending {args.goals} goals at once')
         sent_at = time.monotonic()
         runs = [(budget, client.send(make_goal(commands[i % len(commands)], budget,
-                                               max_new_tokens=args.max_new_tokens)))
+                                               max_new_tokens=args.max_new_tokens,
+                                               precision=args.pin)))
                 for i, budget in enumerate(budgets)]
         for _, run in runs:
             try:
@@ -174,6 +216,10 @@ def main(argv=None) -> int:
         node.stop()
     report['rows'] = rows
     report['summary'] = summarise(rows)
+    report['pin'] = args.pin
+    if args.peer:
+        log('the peer: llama.cpp first come, first served')
+        report['peer'] = run_peer(commands, budgets, args.max_new_tokens)
     out.mkdir(parents=True)
     (out / 'node.log').write_text(''.join(node.lines), encoding='utf-8')
     harness.write_outputs(out, report, markdown, lambda report, out: None)

@@ -92,27 +92,34 @@ class QueueFit:
         return until_killed(goal, self.expected_s(goal, timing) * share, now)
 
     def fastest_s(self, goal) -> float:
-        """Return a goal's expected time on its fastest resident option (kept on the goal).
+        """Return a goal's expected time on its fastest resident option (``fastest``)."""
+        return self.fastest(goal)[1]
 
-        Every option the planner may run a whole goal on: the full model, each resident
-        precision, each other engine (core.cut_kinds); one without a profile is skipped.
+    def fastest(self, goal) -> tuple:
+        """Return (option, expected seconds) of a goal's fastest resident option.
+
+        Every option the planner may run a whole goal on: the full model (''), each
+        resident precision, each other engine (core.cut_kinds); one without a profile
+        is skipped. Kept on the goal (``fastest_option``): computed once per goal.
         """
-        cached = getattr(goal, 'fastest_s', 0.0)
-        if cached:
+        cached = getattr(goal, 'fastest_option', None)
+        if cached is not None:
             return cached
         planner, tokens = self.pipeline.planner, self.expected_tokens(goal)
         context = getattr(planner, 'context', None)
         names = ['', *context.precisions, *context.engines] if context is not None else ['']
+        pinned = goal.request.precision
         times = []
-        for name in names:
+        for name in [pinned] if pinned else names:
             plan = Plan(mode=goal.plan.mode, prompt_tokens=len(goal.prompt_ids), precision=name)
             try:
-                times.append(planner.estimate_s(plan, tokens))
+                times.append((planner.estimate_s(plan, tokens), name))
             except (KeyError, ValueError, RuntimeError):  # no profile of this option yet
                 continue
-        fastest = min(times, default=self.expected_s(goal, self.pipeline.online.model))
-        goal.fastest_s = fastest
-        return fastest
+        seconds, name = min(times, default=(self.expected_s(goal, self.pipeline.online.model),
+                                            pinned))
+        goal.fastest_option = (name, seconds)
+        return goal.fastest_option
 
     def kv_of(self, goal) -> float:
         """Return a goal's cache length halfway through its expected answer."""

@@ -11,7 +11,6 @@ the plan's note with what changed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-import itertools
 import time
 
 from timebill_ros.core.deadline import DeadlineClock
@@ -19,12 +18,12 @@ from timebill_ros.core.execution import PrefillDecision
 from timebill_ros.core.planning import best_effort, PENDING, Plan
 from timebill_ros.core.request import check_prompt_fits, Rejection
 from timebill_ros.core.queue_fit import QueueFit, QueueView
-from timebill_ros.core.queue_plan import LOOK_BEHIND, queue_budget, Waiting as QueueWaiting
 from timebill_ros.runtime.grammar import GrammarError
 from timebill_ros.runtime.model import request_prompt_ids
 from timebill_ros.serving.context_reduction import ContextReduction
 from timebill_ros.serving.jobs import Job
 from timebill_ros.serving.length_choice import LengthChoice
+from timebill_ros.serving.queue_share import QueueShare
 from timebill_ros.serving.plan_notes import (
     cached, note_prefixes, noted, replanned, with_job_notes)
 
@@ -55,6 +54,7 @@ class Admission:
         self.server = server
         self.length = LengthChoice(server)
         self.context = ContextReduction(self)
+        self.share = QueueShare(self)
 
     @property
     def config(self):
@@ -196,20 +196,21 @@ class Admission:
         time (``queue_planning``: core.queue_plan). Raise Rejection when that re-plan
         refuses it, or when it is expected to miss while others wait (``yield_if_late``).
         """
-        self.yield_if_late(pipeline, job, timing)
-        share = self._queue_share(pipeline, job)
+        share = self.share.of(pipeline, job)
         if self.length.in_prefill(pipeline, job.request):
+            self.yield_if_late(pipeline, job, timing)
             predictor = self.server.predictor
             pooling = getattr(getattr(predictor, 'featurizer', None), 'pooling', 'last')
             return job.plan, PrefillDecision(
                 predictor.prefill_layer, self._plan_in_prefill(pipeline, job, timing, share),
                 whole_prompt=pooling != 'last')
         if share is not None:
-            plan = self._plan_for(pipeline, job, timing, job.plan.predicted_tokens or None,
-                                  share[0])
+            plan = self.share.plan(pipeline, job, timing, share)
             if plan is not None:
-                return with_job_notes(replanned(plan, f'at dispatch: {share[1]}'), job,
-                                      pipeline), None
+                job.plan = with_job_notes(plan, job, pipeline)
+                self.yield_if_late(pipeline, job, timing)  # judged on the plan it runs
+                return job.plan, None
+        self.yield_if_late(pipeline, job, timing)
         waited = job.clock.elapsed() - job.expected_wait_s
         if abs(waited) <= REPLAN_AFTER_S and batch == job.expected_batch:
             return job.plan, None
@@ -229,38 +230,6 @@ class Admission:
                                 job.plan) from None
         plan = replanned(plan, f'at dispatch: {why}')
         return with_job_notes(plan, job, pipeline), None
-
-    def _plan_for(self, pipeline, job: Job, timing, predicted, seconds: float) -> Plan | None:
-        """Return the goal's plan for ``seconds`` (the queue's share), None if none fits."""
-        try:
-            return pipeline.planner.plan(job.request, len(job.prompt_ids), seconds, predicted,
-                                         timing=cached(pipeline, job, timing),
-                                         spread=job.spread, engine_prefix=job.engine_prefix)
-        except Rejection:
-            return None  # not even the fastest option fits it: planned for its own time
-
-    def _queue_share(self, pipeline, job: Job) -> tuple | None:
-        """Return (seconds, why) a starting goal is planned for while others wait, or None.
-
-        None when its own time left binds: nothing waits, ``queue_planning`` is off, or
-        the goals waiting that can meet do so whatever it runs on (core.queue_plan).
-        """
-        if not self.config.queue_planning or pipeline.online is None:
-            return None
-        dispatch = self.server.dispatch
-        with dispatch.lock:
-            waiting = list(itertools.islice(iter(dispatch.queue), LOOK_BEHIND))
-        if not waiting:
-            return None
-        fit, now = self.queue_fit(pipeline), job.clock.now()
-        budget = queue_budget(now, job.clock.deadline, fit.fastest_s(job), [
-            QueueWaiting(other.clock.deadline, fit.fastest_s(other)) for other in waiting])
-        if not budget.binds(job.clock.deadline):
-            return None
-        seconds = budget.finish_by - now
-        return seconds, (f'for {seconds:.3f} s of its {job.clock.remaining():.3f} s: '
-                         f'{budget.protected} of the {budget.waiting} goals waiting meet on '
-                         'their fastest options only if it ends by then')
 
     def yield_if_late(self, pipeline, job: Job, timing=None) -> None:
         """Refuse a goal about to start that is expected to miss while others wait.
@@ -299,7 +268,7 @@ class Admission:
             predicted, raised = self.length.at_least_shortest(
                 predictor.predict_from_hidden(hidden, request), '', request, job.grammar)
             note = raised or f'in prefill: {predicted} answer tokens predicted'
-            plan = self._plan_for(pipeline, job, timing, predicted, share[0]) \
+            plan = self.share.plan_for(pipeline, job, timing, predicted, share[0]) \
                 if share is not None else None
             if plan is not None:
                 note += f', {share[1]}'

@@ -69,8 +69,8 @@ class Job:
     # The answer length admission chose, once per goal (admission.LocalLength locally,
     # replica_admission.LengthBasis on replicas, kept for a re-plan when a goal moves).
     length_basis: object = None
-    # Its expected time on its fastest option (core.queue_fit; 0: not yet computed).
-    fastest_s: float = 0.0
+    # (option, expected seconds) of its fastest option (core.queue_fit; None: not yet).
+    fastest_option: tuple | None = None
     # Replicas: the replica admission chose to run it on.
     replica: object = None
 

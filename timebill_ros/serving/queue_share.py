@@ -1,0 +1,80 @@
+"""Planning against the queue, as a goal starts: the share of its time the queue leaves it.
+
+ROS-free. The rule is core/queue_plan.py (the goals waiting that can meet keep their
+latest start times on their fastest options); this asks it with the dispatch queue's
+head and plans the starting goal for that share, or on its fastest option when not
+even the share fits (``queue_planning``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+import itertools
+
+from timebill_ros.core.planning import Plan
+from timebill_ros.core.queue_plan import LOOK_BEHIND, queue_budget, Waiting
+from timebill_ros.core.request import Rejection
+from timebill_ros.serving.jobs import Job
+from timebill_ros.serving.plan_notes import cached, replanned
+
+
+class QueueShare:
+    """The time a starting local goal is planned for while other goals wait."""
+
+    def __init__(self, admission):
+        """Plan for ``admission`` (its server's dispatch queue, config and queue fit)."""
+        self.admission = admission
+
+    def plan_for(self, pipeline, job: Job, timing, predicted, seconds: float,
+                 request=None) -> Plan | None:
+        """Return the goal's plan for ``seconds`` (the queue's share), None if none fits."""
+        try:
+            return pipeline.planner.plan(request or job.request, len(job.prompt_ids), seconds,
+                                         predicted, timing=cached(pipeline, job, timing),
+                                         spread=job.spread, engine_prefix=job.engine_prefix)
+        except Rejection:
+            return None
+
+    def plan(self, pipeline, job: Job, timing, share: tuple) -> Plan | None:
+        """Plan a starting goal for the queue's share of its time, or on its fastest option.
+
+        When not even the share fits a plan (the queue is over full), the goal runs on
+        its fastest option for its own time: the least it can take from the goals behind.
+        None when that does not fit either (planned as if nothing waited).
+        """
+        seconds, why, option = share
+        predicted = job.plan.predicted_tokens or None
+        plan = self.plan_for(pipeline, job, timing, predicted, seconds)
+        if plan is not None:
+            return replanned(plan, f'at dispatch: {why}')
+        if option == job.request.precision:
+            return None
+        plan = self.plan_for(pipeline, job, timing, predicted, job.clock.remaining(),
+                             replace(job.request, precision=option))
+        return None if plan is None else replanned(
+            plan, f'at dispatch: on its fastest option, {option or "the full model"}; '
+            f'{why}, and no plan fits that')
+
+    def of(self, pipeline, job: Job) -> tuple | None:
+        """Return (seconds, why, its fastest option) while others wait, or None.
+
+        None when its own time left binds: nothing waits, ``queue_planning`` is off, or
+        the goals waiting that can meet do so whatever it runs on (core.queue_plan).
+        """
+        if not self.admission.config.queue_planning or pipeline.online is None:
+            return None
+        dispatch = self.admission.server.dispatch
+        with dispatch.lock:
+            waiting = list(itertools.islice(iter(dispatch.queue), LOOK_BEHIND))
+        if not waiting:
+            return None
+        fit, now = self.admission.queue_fit(pipeline), job.clock.now()
+        option, fastest_s = fit.fastest(job)
+        budget = queue_budget(now, job.clock.deadline, fastest_s, [
+            Waiting(other.clock.deadline, fit.fastest_s(other)) for other in waiting])
+        if not budget.binds(job.clock.deadline):
+            return None
+        seconds = budget.finish_by - now
+        return seconds, (f'for {seconds:.3f} s of its {job.clock.remaining():.3f} s: '
+                         f'{budget.protected} of the {budget.waiting} goals waiting meet on '
+                         'their fastest options only if it ends by then'), option
