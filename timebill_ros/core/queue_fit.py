@@ -63,10 +63,14 @@ class QueueFit:
         self.pipeline, self.typical_tokens = pipeline, typical_tokens
 
     def expected_tokens(self, goal) -> float:
-        """Return a goal's predicted answer length (the running mean while it is pending)."""
+        """Return a goal's predicted answer length (the running mean while it is pending).
+
+        Never past the goal's own ``max_new_tokens``.
+        """
         plan = goal.plan
         known = plan.predicted_tokens and not plan.length_pending
-        return plan.predicted_tokens if known else self.typical_tokens
+        expected = plan.predicted_tokens if known else self.typical_tokens
+        return min(expected, goal.request.max_new_tokens)
 
     def expected_s(self, goal, timing) -> float:
         """Return the estimated time of a goal's predicted (not worst-case) answer."""

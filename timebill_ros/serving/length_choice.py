@@ -72,13 +72,14 @@ class LengthChoice:
             return None, '', None
         if self.predict_s > WORTH_SKIPPING_S and \
                 self._worst_case_fits(pipeline, request, n_prompt, left_s):
-            return self._skipped(pipeline, (
+            return self._skipped(pipeline, request, (
                 f'length predictor not run: all {request.max_new_tokens} answer tokens fit '
                 'on its most faithful option, so no prediction could change the plan'))
         if self.predict_s > self.config.predictor_share * left_s:
-            return self._by_text(request, n_prompt, left_s) or self._skipped(pipeline, (
-                f'length predictor skipped (~{self.predict_s:.3f} s, over '
-                f'{self.config.predictor_share:.0%} of the {left_s:.3f} s left)'))
+            why = (f'length predictor skipped (~{self.predict_s:.3f} s, over '
+                   f'{self.config.predictor_share:.0%} of the {left_s:.3f} s left)')
+            return self._by_text(request, n_prompt, left_s) or \
+                self._skipped(pipeline, request, why)
         start = time.monotonic()
         predicted = int(pipeline.planner.predictor.predict(request, n_prompt))
         took = time.monotonic() - start
@@ -151,14 +152,19 @@ class LengthChoice:
         return (plan.precision == request.precision and plan.eviction_ratio == 0.0
                 and plan.mode != Mode.EARLY_EXIT and not plan.precision_mix)
 
-    def _skipped(self, pipeline, why: str) -> tuple:
-        """Return (length, note, spread) of a goal planned without its length predictor."""
+    def _skipped(self, pipeline, request, why: str) -> tuple:
+        """Return (length, note, spread) of a goal planned without its length predictor.
+
+        The length is the recent answers' median (or mean), at most the goal's own
+        ``max_new_tokens``: other goals' answers say nothing of a cap this one sets.
+        """
         calibration = getattr(pipeline.planner.predictor, 'distribution', None)
         spread = self.server.learning.recent_lengths(
             unpredicted(calibration) if calibration is not None else None)
         if spread is None:
-            typical = max(1, round(self.server.learning.typical_tokens))
+            typical = max(1, min(round(self.server.learning.typical_tokens),
+                                 request.max_new_tokens))
             return typical, f'{why}: planned on the running mean, {typical} answer tokens', None
-        median = max(1, round(spread.quantile(0.5, 0.0)))
+        median = max(1, min(round(spread.quantile(0.5, 0.0)), request.max_new_tokens))
         return median, (f'{why}: planned on the spread of {spread.samples[0]} recent answers '
                         f'(median {median} tokens)'), spread
