@@ -65,6 +65,8 @@ def goal_rows(runs: list, sent_at: float) -> list:
                'service_s': (result.prefill_s + result.decode_s) if result is not None else 0.0,
                'e2e_s': result.e2e_s if result is not None else 0.0,
                'sent_s': run.sent_at - sent_at,
+               # When the node answered the goal request (accepted or rejected): the intake.
+               'answered_s': (run.answered_at - sent_at) if run.answered_at else 0.0,
                'finished_s': (run.finished_at - sent_at) if run.finished_at else 0.0}
         rows.append(row)
     return rows
@@ -89,6 +91,7 @@ def summarise(rows: list) -> dict:
             'median_service_s': typical, 'offline_edf_met': offline,
             'met_share_of_offline': met / offline if offline else float('nan'),
             'refused_could_have_met': len(could),
+            'last_answered_s': max((r.get('answered_s', 0.0) for r in rows), default=0.0),
             'refusal_reasons': dict(statistics_counts(
                 [(r['reject_reason'] or r['reason']).split(' (')[0][:60] for r in refused]))}
 
@@ -133,6 +136,8 @@ def markdown(report: dict) -> str:
              f"{s['refused_at_dispatch']} |",
              f"| refused but its own service time still fitted | "
              f"{s['refused_could_have_met']} |", '',
+             f"The node answered the last goal request {s.get('last_answered_s', 0.0):.2f} s "
+             'after the first was sent (the intake).', '',
              f"Outcomes: {s['outcomes']}. Median service time (prefill + decode of a completed "
              f"goal): {s['median_service_s']:.3f} s.", '', 'Refusal reasons:', '']
     lines += [f'- {count} x {text}' for text, count in s['refusal_reasons'].items()]
