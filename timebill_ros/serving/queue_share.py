@@ -63,12 +63,15 @@ class QueueShare:
         """
         if not self.admission.config.queue_planning or pipeline.online is None:
             return None
-        dispatch = self.admission.server.dispatch
+        dispatch, now = self.admission.server.dispatch, job.clock.now()
         with dispatch.lock:
-            waiting = list(itertools.islice(iter(dispatch.queue), LOOK_BEHIND))
+            # Goals whose deadline has passed are no one's to protect (a burst leaves
+            # hundreds at the queue's head): the window holds the live ones.
+            waiting = list(itertools.islice((other for other in dispatch.queue
+                                             if other.clock.deadline > now), LOOK_BEHIND))
         if not waiting:
             return None
-        fit, now = self.admission.queue_fit(pipeline), job.clock.now()
+        fit = self.admission.queue_fit(pipeline)
         option, fastest_s = fit.fastest(job)
         budget = queue_budget(now, job.clock.deadline, fastest_s, [
             Waiting(other.clock.deadline, fit.fastest_s(other)) for other in waiting])
