@@ -60,6 +60,8 @@ def goal_rows(runs: list, sent_at: float) -> list:
                'outcome': Outcome(result.outcome).name if result is not None else '',
                'deadline_met': bool(result.deadline_met) if result is not None else False,
                'reason': result.reason if result is not None else '',
+               'option': result.plan.precision if result is not None else '',
+               'plan_note': result.plan.note[-300:] if result is not None else '',
                'tokens': int(result.tokens) if result is not None else 0,
                'queue_s': result.queue_s if result is not None else 0.0,
                'service_s': (result.prefill_s + result.decode_s) if result is not None else 0.0,
@@ -172,6 +174,9 @@ def main(argv=None) -> int:
     parser.add_argument('--model', default='embedded')
     parser.add_argument('-p', '--param', action='append', default=[],
                         help='extra node parameter NAME=VALUE (repeatable)')
+    parser.add_argument('--mode', default='auto', choices=('auto', 'none'),
+                        help="the goals' mode: MODE_AUTO (default; before 2026-12-07 the "
+                        'goals went as MODE_NONE, the full model only) or MODE_NONE')
     parser.add_argument('--pin', default='', help="pin every goal to an engine option "
                         "(e.g. 'llama.cpp-q4_1'); default: the planner's choice")
     parser.add_argument('--peer', action='store_true',
@@ -182,7 +187,9 @@ def main(argv=None) -> int:
         return 1
     import rclpy
     from timebill_ros.evaluation import robot_workload
+    from timebill_ros.core.request import Mode
     from timebill_ros.tools.client import ClientTimeout, InstructClient, make_goal
+    mode = int(Mode.AUTO if args.mode == 'auto' else Mode.NONE)
     from timebill_ros.tools.process import NodeProcess
     params = {'model': args.model}
     params.update(dict(item.split('=', 1) for item in args.param))
@@ -206,7 +213,7 @@ def main(argv=None) -> int:
         sent_at = time.monotonic()
         runs = [(budget, client.send(make_goal(commands[i % len(commands)], budget,
                                                max_new_tokens=args.max_new_tokens,
-                                               precision=args.pin)))
+                                               precision=args.pin, mode=mode)))
                 for i, budget in enumerate(budgets)]
         for _, run in runs:
             try:
