@@ -27,13 +27,18 @@ class QueueShare:
 
     def plan_for(self, pipeline, job: Job, timing, predicted, seconds: float,
                  request=None) -> Plan | None:
-        """Return the goal's plan for ``seconds`` (the queue's share), None if none fits."""
+        """Return the goal's plan for ``seconds`` (the queue's share), None if none fits.
+
+        A plan the planner marks infeasible (its best effort when ``infeasible`` is not
+        'reject') does not fit either.
+        """
         try:
-            return pipeline.planner.plan(request or job.request, len(job.prompt_ids), seconds,
+            plan = pipeline.planner.plan(request or job.request, len(job.prompt_ids), seconds,
                                          predicted, timing=cached(pipeline, job, timing),
                                          spread=job.spread, engine_prefix=job.engine_prefix)
         except Rejection:
             return None
+        return plan if plan.feasible else None
 
     def plan(self, pipeline, job: Job, timing, share: tuple) -> Plan | None:
         """Plan a starting goal for the queue's share of its time, or on its fastest option.
