@@ -204,13 +204,12 @@ class Admission:
             return job.plan, PrefillDecision(
                 predictor.prefill_layer, self._plan_in_prefill(pipeline, job, timing, share),
                 whole_prompt=pooling != 'last')
-        if share is not None:
-            plan = self.share.plan(pipeline, job, timing, share)
-            if plan is not None:
-                job.plan = with_job_notes(plan, job, pipeline)
-                self.yield_if_late(pipeline, job, timing)  # judged on the plan it runs
-                return job.plan, None
-        self.yield_if_late(pipeline, job, timing)
+        shared = self.share.plan(pipeline, job, timing, share) if share is not None else None
+        if shared is not None:
+            job.plan = with_job_notes(shared, job, pipeline)
+        self.yield_if_late(pipeline, job, timing)  # judged on the plan it runs
+        if shared is not None:
+            return job.plan, None
         waited = job.clock.elapsed() - job.expected_wait_s
         if abs(waited) <= REPLAN_AFTER_S and batch == job.expected_batch:
             return job.plan, None
@@ -258,7 +257,8 @@ class Admission:
     def _plan_in_prefill(self, pipeline, job: Job, timing, share: tuple | None):
         """Return the prefill's plan maker: plan on the length its hidden states predict.
 
-        ``share``: (seconds, why) the goals waiting leave it (None: its own time).
+        ``share``: (seconds, why, fastest option) the goals waiting leave it (None: its
+        own time); in prefill its engine is chosen, so only the seconds apply.
         """
         request, n_prompt = job.request, len(job.prompt_ids)
         left = job.clock.remaining()  # at the start of prefill, which the plan covers

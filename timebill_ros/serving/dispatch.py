@@ -19,7 +19,7 @@ from timebill_ros.core.request import Outcome, OverrunPolicy, Rejection
 from timebill_ros.core.scheduling import make_scheduler
 from timebill_ros.runtime.choosing import TokenChooser
 from timebill_ros.serving.jobs import Job
-from timebill_ros.serving.loop import DecodeLoop
+from timebill_ros.serving.loop import DecodeLoop, pausable
 from timebill_ros.serving.members import Member
 
 WORKER_POLL_S = 0.2
@@ -113,13 +113,18 @@ class Dispatch:
         """
         return self.queue.name == 'edf'
 
+    @property
+    def preempts(self) -> bool:
+        """Tell whether a decoding goal pauses for an earlier deadline (EDF, ``preemption``)."""
+        return self.overtakes_prefills and self.server.config.preemption
+
     def earliest_waiting(self) -> float:
         """Return the earliest deadline of the queued goals (inf: none, or no preemption).
 
         The loop asks at every token boundary whether a decoding goal pauses for it:
         under EDF with ``preemption`` on only.
         """
-        if not (self.overtakes_prefills and self.server.config.preemption):
+        if not self.preempts:
             return math.inf
         with self.lock:
             head = self.queue.first()
@@ -142,13 +147,9 @@ class Dispatch:
         key -> answer tokens streamed; none unless the loop preempts (EDF, ``preemption``).
         """
         loop = self.loop
-        if loop is None or self.earliest_waiting is None or not (
-                self.overtakes_prefills and self.server.config.preemption):
+        if loop is None or not self.preempts:
             return {}
-        lanes = dict(loop.lanes)
-        return {key: member.stats.tokens for key, member in list(loop.members.items())
-                if not member.run.closes_batch
-                and not getattr(lanes.get(member.lane), 'exclusive', False)}
+        return {key: member.stats.tokens for key, member in pausable(loop)}
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the worker thread (the running goals end first)."""

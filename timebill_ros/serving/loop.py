@@ -79,6 +79,20 @@ def shared_rule(loop: 'DecodeLoop', fallback: Fallback) -> Fallback:
     return fallback.sharing(sum(last.get(key, 0.0) for key in loop.lanes), after)
 
 
+def pausable(loop: 'DecodeLoop') -> list:
+    """Return (key, member) of the loop's decoding goals that may pause between two tokens.
+
+    None while the loop is closed (a Skip-Next goal or an exclusive lane runs); else those
+    on a lane that gives its cache back (not early exit). Admission's thread reads it too.
+    """
+    members = list(loop.members.items())
+    if not members or loop.closed():
+        return []
+    lanes = dict(loop.lanes)
+    return [(key, member) for key, member in members
+            if not getattr(lanes.get(member.lane), 'exclusive', False)]
+
+
 class DecodeLoop:
     """Run goals on one engine until none is left: the only token loop."""
 
@@ -179,11 +193,9 @@ class DecodeLoop:
 
     def _pause_for_earlier(self) -> None:
         """Pause the decoding goal a waiting goal with an earlier deadline displaces."""
-        if self.earliest_waiting is None or not self.members or self.closed() \
-                or self.room_before() is not None:
+        if self.earliest_waiting is None or self.room_before() is not None:
             return
-        key = to_pause([Decoding(k, _deadline(m.run), not self.lanes[m.lane].exclusive)
-                        for k, m in self.members.items()],
+        key = to_pause([Decoding(k, _deadline(m.run), True) for k, m in pausable(self)],
                        self.earliest_waiting(), self.seats_free())
         if key is not None:
             member = self.members.pop(key)
