@@ -247,6 +247,26 @@ def test_a_goal_expected_to_miss_yields_before_its_prefill_only_while_others_wai
         server.stop(timeout_s=30.0)
 
 
+def test_a_goal_not_even_its_fastest_option_serves_in_time_is_refused_as_it_starts(
+        loaded, tmp_path, synthetic_profile):
+    server = profiled_server(loaded, tmp_path, synthetic_profile, 'edf')
+    auto = int(Mode.AUTO)
+    try:
+        with server.executor.assembly.model_lock:
+            hold_worker(server)
+            late = server.admit(GoalSpec('Go.', budget_s=1.5, mode=auto, max_new_tokens=8),
+                                'late')
+            server.submit(server.admit(GoalSpec('Go.', budget_s=20.0, mode=auto,
+                                                max_new_tokens=2), 'behind'))
+            threading.Event().wait(0.9)  # 0.6 s left, under its only option's ~0.8 s
+            with pytest.raises(Rejection, match=r'expected 0\.\d+ s on its fastest option '
+                                                r'\(the full model\) with 0\.[0-6]\d* s left '
+                                                r'and 1 goals waiting'):
+                server.executor.admission.plan_at_start(server.executor.pipeline, late)
+    finally:
+        server.stop(timeout_s=30.0)
+
+
 def test_admission_counts_the_expected_wait_and_protects_accepted_goals(loaded, tmp_path,
                                                                         synthetic_profile):
     server = profiled_server(loaded, tmp_path, synthetic_profile, 'edf',

@@ -14,12 +14,16 @@ core/preemption.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
+import heapq
 import math
 from typing import Sequence
 
-# The goals behind a starting goal that its plan looks at (EDF order): those further
-# back start after many others, which are planned when they start.
-LOOK_BEHIND = 32
+# The live goals behind a starting goal that its plan looks at (EDF order). A burst puts
+# hundreds behind with the same deadline; a window shorter than them sees a schedule with
+# room where there is none (with 32, a 30-s goal in a 500-goal burst took the full model
+# for 0.77 s of the 0.16 s its fastest option needed). Moore-Hodgson on a heap keeps 512
+# at about a millisecond.
+LOOK_BEHIND = 512
 
 
 @dataclass(frozen=True)
@@ -52,17 +56,17 @@ def most_on_time(start: float, jobs: Sequence[Waiting]) -> list:
     """Return the most ``jobs`` one server finishes by their deadlines from ``start``.
 
     Moore-Hodgson: in deadline order; whenever the running end passes a deadline, drop
-    the longest job kept so far. Returned in deadline order.
+    the longest job kept so far (a heap of the kept, longest first). Returned in
+    deadline order.
     """
-    kept, end = [], start
-    for job in sorted(jobs, key=lambda job: job.deadline):
-        kept.append(job)
+    ordered = sorted(jobs, key=lambda job: job.deadline)
+    kept, end = [], start  # heap of (-seconds, position)
+    for position, job in enumerate(ordered):
+        heapq.heappush(kept, (-job.fastest_s, position))
         end += job.fastest_s
         if end > job.deadline:
-            longest = max(kept, key=lambda job: job.fastest_s)
-            kept.remove(longest)
-            end -= longest.fastest_s
-    return kept
+            end += heapq.heappop(kept)[0]
+    return [ordered[position] for position in sorted(position for _, position in kept)]
 
 
 def queue_budget(now: float, deadline: float, fastest_s: float,

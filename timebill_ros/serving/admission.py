@@ -196,6 +196,7 @@ class Admission:
         time (``queue_planning``: core.queue_plan). Raise Rejection when that re-plan
         refuses it, or when it is expected to miss while others wait (``yield_if_late``).
         """
+        self._refuse_if_lost(pipeline, job)
         share = self.share.of(pipeline, job)
         if self.length.in_prefill(pipeline, job.request):
             self.yield_if_late(pipeline, job, timing)
@@ -207,12 +208,22 @@ class Admission:
         shared = self.share.plan(pipeline, job, timing, share) if share is not None else None
         if shared is not None:
             job.plan = with_job_notes(shared, job, pipeline)
-        self.yield_if_late(pipeline, job, timing)  # judged on the plan it runs
-        if shared is not None:
-            return job.plan, None
+        else:
+            job.plan = self._replan_if_moved(pipeline, job, timing, batch)
+        # Judged on the plan it runs: the admission plan of a goal that waited long may
+        # not fit where its re-plan on a faster option does.
+        self.yield_if_late(pipeline, job, timing)
+        return job.plan, None
+
+    def _replan_if_moved(self, pipeline, job: Job, timing, batch: int) -> Plan:
+        """Return the plan for the time left when the goal waited or batches otherwise.
+
+        Its admission plan when it starts as admission expected; raise Rejection when
+        nothing fits what is left (and it may not try anyway).
+        """
         waited = job.clock.elapsed() - job.expected_wait_s
         if abs(waited) <= REPLAN_AFTER_S and batch == job.expected_batch:
-            return job.plan, None
+            return job.plan
         why = f'waited {job.clock.elapsed():.3f} s (expected {job.expected_wait_s:.3f} s)' \
             + (f', decodes in a batch of {batch} (planned {job.expected_batch})'
                if batch != job.expected_batch else '')
@@ -228,7 +239,28 @@ class Admission:
                 raise Rejection(f'after {job.clock.elapsed():.3f} s in queue: {exc.reason}',
                                 job.plan) from None
         plan = replanned(plan, f'at dispatch: {why}')
-        return with_job_notes(plan, job, pipeline), None
+        return with_job_notes(plan, job, pipeline)
+
+    def _refuse_if_lost(self, pipeline, job: Job) -> None:
+        """Refuse at once a goal that not even its fastest option can serve in time.
+
+        The cheap test before any re-plan (a burst leaves hundreds such at the queue's
+        head, and each re-plan is the decode loop's time); the same conditions as
+        ``yield_if_late``.
+        """
+        request = job.request
+        if not self.config.yield_when_late or pipeline.online is None or (
+                request.output.constrained and self.config.deadline_closure):
+            return
+        option, fastest_s = self.queue_fit(pipeline).fastest(job)
+        left = job.clock.remaining()
+        if fastest_s <= left:
+            return
+        waiting = self.server.dispatch.waiting()
+        if waiting:
+            raise Rejection(f'expected {fastest_s:.3f} s on its fastest option '
+                            f'({option or "the full model"}) with {left:.3f} s left and '
+                            f'{waiting} goals waiting for the model', job.plan)
 
     def yield_if_late(self, pipeline, job: Job, timing=None) -> None:
         """Refuse a goal about to start that is expected to miss while others wait.

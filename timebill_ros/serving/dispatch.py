@@ -23,7 +23,7 @@ from timebill_ros.serving.loop import DecodeLoop, pausable
 from timebill_ros.serving.members import Member
 
 WORKER_POLL_S = 0.2
-EXPIRY_POLL_S = 1.0  # the expiry watch also wakes when a goal is queued
+EXPIRY_POLL_S = 1.0  # the expiry watch wakes at least this often (and for an earlier deadline)
 
 
 class Dispatch:
@@ -41,6 +41,7 @@ class Dispatch:
         self.loop: DecodeLoop | None = None  # the worker's loop while it runs
         self._stopping = False
         self._queued = threading.Condition(self.lock)  # wakes the expiry watch
+        self._expiry_due = -math.inf  # when the expiry watch wakes next (lock held)
         self._worker = threading.Thread(target=self._work_loop, name='timebill-worker',
                                         daemon=True)
         self._worker.start()
@@ -88,7 +89,10 @@ class Dispatch:
         """Queue an admitted job and wake the worker (lock held)."""
         self.queue.push(job, job.waiting())
         self._work.notify()
-        self._queued.notify()
+        if job.clock.deadline < self._expiry_due:
+            # Only a deadline before its next wake needs the watch now: a burst woke it
+            # (and it scanned the whole queue under the lock) once per arrival.
+            self._queued.notify()
 
     def unqueue(self, job: Job) -> bool:
         """Take a job out of the queue if it still waits (lock held); return whether."""
@@ -181,7 +185,9 @@ class Dispatch:
                     self.queue.remove(job)
                 if not expired:
                     due = min((job.clock.deadline for job in killable), default=math.inf)
-                    self._queued.wait(min(max(0.0, due - now), EXPIRY_POLL_S))
+                    self._expiry_due = min(due, now + EXPIRY_POLL_S)
+                    self._queued.wait(max(0.0, self._expiry_due - now))
+                    self._expiry_due = -math.inf  # awake: it scans before it waits again
                     continue
             for job in expired:
                 job.hooks.on_start()
