@@ -16,7 +16,7 @@ import time
 from benchmarks.bench_overhead import node_model_params
 
 
-def load_peer(weight_format: str = 'q4_1'):
+def load_peer(weight_format: str = 'q4_1', context: int = 2048):
     """Return (llama-cpp-python Llama on the node's GGUF, tokenizer-side prompt_ids)."""
     import os
     from llama_cpp import Llama
@@ -25,7 +25,7 @@ def load_peer(weight_format: str = 'q4_1'):
     loaded = load_model('embedded')
     with node_model_params():
         llm = Llama(str(gguf_variant(embedded_gguf(), weight_format, cache_root())),
-                    n_ctx=2048, n_threads=os.cpu_count(), verbose=False)
+                    n_ctx=context, n_threads=os.cpu_count(), verbose=False)
     return llm, lambda text: prompt_ids(loaded.tokenizer, text)
 
 
