@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 from datetime import datetime, timezone
+import json
+from pathlib import Path
 import random
 import statistics
 import sys
@@ -88,9 +90,14 @@ def make_trace(kind: str, load: float, seconds: float, items: list, alone: list,
 
 
 def node_rows(client, goals: list, items: list, precision: str) -> list:
-    """Send each goal at its time; return a row per goal once all ended."""
+    """Send each goal at its time; return a row per goal once all ended.
+
+    No ``precision``: MODE_AUTO (the planner chooses); one: MODE_NONE on that option
+    (a fixed choice, no cut). make_goal's default mode is MODE_NONE: the first run of
+    this benchmark sent its "AUTO" goals so, to the float32 model.
+    """
     from timebill_ros.action import Instruct
-    from timebill_ros.core.request import Outcome
+    from timebill_ros.core.request import Mode, Outcome
     from timebill_ros.tools.client import make_goal
     start, runs = time.monotonic(), []
     for at, index, budget, max_new in goals:
@@ -98,7 +105,8 @@ def node_rows(client, goals: list, items: list, precision: str) -> list:
         item = items[index]
         runs.append(client.send(make_goal(
             item.instruction, budget, context=item.context, policy=Instruct.Goal.KILL,
-            max_new_tokens=max_new, precision=precision)))
+            max_new_tokens=max_new, precision=precision,
+            mode=int(Mode.NONE if precision else Mode.AUTO))))
     rows = []
     for (at, index, budget, _), run in zip(goals, runs):
         client.wait(run, budget + 120.0)
@@ -149,6 +157,18 @@ def cell(rows: list, items: list) -> dict:
                          sorted({r['outcome'] for r in rows})}}
 
 
+def reuse_node_paths(report: dict, earlier: dict, items: list, renames: dict) -> None:
+    """Take the node paths not run now from ``earlier`` (same traces), renamed if asked."""
+    report['reused_from'] = earlier['command']
+    for key, rows in earlier['rows'].items():
+        trace, load, name = key.split(' ', 2)
+        name = renames.get(name, name)
+        cells = report['cells'][trace][float(load)]
+        if name != 'peer' and name not in cells:
+            report['rows'][f'{trace} {load} {name}'] = rows
+            cells[name] = cell(rows, items)
+
+
 def goodput(report: dict, trace: str, path: str) -> float:
     """Return the highest load of ``trace`` at which ``path`` met 90 % (0: none)."""
     loads = [load for load, paths in report['cells'][trace].items()
@@ -190,9 +210,10 @@ def run_node(report: dict, traces: dict, items: list, args, log) -> None:
     try:
         client.wait_for_server(60)
         client.ask(make_goal('Say hi.', 60.0, max_new_tokens=2), 120)  # first-goal costs
+        paths = [*([('node AUTO', '')] if args.auto else []),
+                 *[(f'node pinned {pin}', pin) for pin in args.pins]]
         for (trace, load), goals in traces.items():
-            for name, precision in [('node AUTO', ''), *[(f'node pinned {p}', p)
-                                                         for p in args.pins]]:
+            for name, precision in paths:
                 log(f'{trace} {load:g}x: {name}, {len(goals)} goals')
                 rows = node_rows(client, goals, items, precision)
                 report['cells'][trace][load][name] = cell(rows, items)
@@ -217,6 +238,13 @@ def main(argv=None) -> int:
     parser.add_argument('--pins', nargs='*', default=['llama.cpp-q4_1', 'llama.cpp-f16'])
     parser.add_argument('--seed', type=int, default=5)
     parser.add_argument('--items', type=int, default=0, help='held-out items drawn (0: all)')
+    parser.add_argument('--no-auto', dest='auto', action='store_false',
+                        help='no MODE_AUTO run (with --reuse: keep the earlier one)')
+    parser.add_argument('--reuse', help="an earlier bench.json of the same items and seed: "
+                        "its items' times alone (so the same traces), its peer and the node "
+                        'paths not run now')
+    parser.add_argument('--rename', action='append', default=[],
+                        help="OLD=NEW: a reused node path's name (repeatable)")
     parser.add_argument('--out', help=harness.OUT_HELP)
     args = parser.parse_args(argv)
     out = harness.claim_out(args.out, 'traces')
@@ -232,8 +260,12 @@ def main(argv=None) -> int:
         return prompt_ids(tokenizer, item.instruction, item.context)
     if args.items:
         items = random.Random(args.seed).sample(items, min(args.items, len(items)))
-    log(f'timing each of {len(items)} items alone on the peer ...')
-    alone = peer_times(llm, ids_of, items, args.max_new_tokens)
+    earlier = json.loads(Path(args.reuse).read_text()) if args.reuse else None
+    if earlier is None:
+        log(f'timing each of {len(items)} items alone on the peer ...')
+        alone = peer_times(llm, ids_of, items, args.max_new_tokens)
+    else:
+        alone = earlier['alone_s']
     report = {'command': ' '.join(['python -m benchmarks.bench_traces',
                                    *(sys.argv[1:] if argv is None else argv)]),
               'commit': common.commit(), 'machine': common.machine(),
@@ -248,14 +280,18 @@ def main(argv=None) -> int:
                                         args.max_new_tokens)
               for trace in args.traces for load in args.loads}
     for (trace, load), goals in traces.items():
-        log(f'{trace} {load:g}x: peer, {len(goals)} goals')
-        rows = peer_rows(llm, ids_of, goals, items)
+        if earlier is None:
+            log(f'{trace} {load:g}x: peer, {len(goals)} goals')
+            rows = peer_rows(llm, ids_of, goals, items)
+        else:
+            rows = earlier['rows'][f'{trace} {load:g} peer']
         report['rows'][f'{trace} {load:g} peer'] = rows
-        peer_cell = cell(rows, items)
-        report['cells'][trace][load] = {}
-        report['cells'][trace][load]['_peer'] = peer_cell
+        report['cells'][trace][load] = {'_peer': cell(rows, items)}
     del llm
     run_node(report, traces, items, args, log)
+    if earlier is not None:
+        reuse_node_paths(report, earlier, items, dict(pair.split('=', 1)
+                                                      for pair in args.rename))
     for trace in args.traces:  # the peer's column last
         for load in args.loads:
             report['cells'][trace][load][PEER] = report['cells'][trace][load].pop('_peer')

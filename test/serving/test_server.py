@@ -283,7 +283,9 @@ def test_admission_counts_the_expected_wait_and_protects_accepted_goals(loaded, 
             server.submit(server.admit(GoalSpec('Go.', budget_s=6.0, mode=auto,
                                                 max_new_tokens=5), 'fits'))
             # An earlier deadline would overtake it under EDF and end it at ~6.2 s: refused.
-            with pytest.raises(Rejection, match='push 1 accepted goal'):
+            pushed = (r'push 1 accepted goal\(s\) past their deadlines: '
+                      r'fits \(would end in 6\.\d+ s with [56]\.\d+ s left\)')
+            with pytest.raises(Rejection, match=pushed):
                 server.submit(server.admit(GoalSpec('Go.', budget_s=5.9, mode=int(Mode.NONE),
                                                     max_new_tokens=10), 'pusher'))
             # Later deadlines queue behind without harm.

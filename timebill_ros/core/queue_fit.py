@@ -163,12 +163,12 @@ class QueueFit:
                 wait += self.still_to_run_s(running, model, since, now)
         plan(wait, None, 1, len(view.ahead) + len(view.running) - len(overtaken))
         mine, start = self.expected_s(goal, model), wait
-        pushed = [other.key[:8] for other, rest in overtaken
+        pushed = [pushed_past(other, rest + wait + mine, now) for other, rest in overtaken
                   if rest + wait <= other.clock.remaining(now) < rest + wait + mine]
         for other in view.behind:  # dispatch order: each starts after those before it
             end = start + self.expected_s(other, model)
             if end <= other.clock.remaining(now) < end + mine:
-                pushed.append(other.key[:8])
+                pushed.append(pushed_past(other, end + mine, now))
             start = end
         refuse_if_pushed(goal, pushed, f'accepting it ahead of them ({view.order})')
 
@@ -208,8 +208,8 @@ class QueueFit:
         mine = self.expected_s(goal, timing)
         with_it = slot_starts(left, size, [*queued, mine, *after])[len(queued) + 1:]
         without = slot_starts(left, size, [*queued, *after])[len(queued):]
-        pushed = [other.key[:8] for other, start, alone_start, duration
-                  in zip(view.behind, with_it, without, after)
+        pushed = [pushed_past(other, start + duration, now) for other, start, alone_start,
+                  duration in zip(view.behind, with_it, without, after)
                   if alone_start + duration <= other.clock.remaining(now) < start + duration]
         refuse_if_pushed(goal, pushed, f'accepting it ahead of them ({view.order})')
 
@@ -224,8 +224,14 @@ class QueueFit:
             kv_other = self.kv_of(other)
             slower = timing.step(kv_other) / max(current.step(kv_other), 1e-9)
             if rest <= other.clock.remaining(now) < rest * slower + stall:
-                pushed.append(other.key[:8])
+                pushed.append(pushed_past(other, rest * slower + stall, now))
         refuse_if_pushed(goal, pushed, 'joining the running batch')
+
+
+def pushed_past(other, end_s: float, now: float) -> str:
+    """Name an accepted goal a newcomer would push late: its key, expected end, time left."""
+    return (f'{other.key[:8]} (would end in {end_s:.2f} s with {other.clock.remaining(now):.2f} '
+            's left)')
 
 
 def refuse_if_pushed(goal, pushed: list, how: str) -> None:
