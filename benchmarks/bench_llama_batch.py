@@ -11,7 +11,6 @@ and how much of an 8-token goal it can save (its prefill is not batched).
 from __future__ import annotations
 
 import argparse
-from datetime import datetime, timezone
 import os
 import statistics
 import sys
@@ -74,10 +73,7 @@ def main(argv=None) -> int:
     from timebill_ros.runtime.llama_engine import gguf_variant, LlamaModel
     from timebill_ros.runtime.model import cache_root, embedded_gguf
     threads = os.cpu_count()
-    report = {'command': ' '.join(['python -m benchmarks.bench_llama_batch',
-                                   *(sys.argv[1:] if argv is None else argv)]),
-              'commit': common.commit(), 'machine': common.machine(),
-              'date': datetime.now(timezone.utc).isoformat(timespec='seconds'),
+    report = {**common.run_header('benchmarks.bench_llama_batch', argv),
               'prompt': args.prompt, 'steps': args.steps, 'threads': threads, 'formats': {}}
     for name in args.formats:
         model = LlamaModel(gguf_variant(embedded_gguf(), name, cache_root()),

@@ -13,7 +13,6 @@ running.
 from __future__ import annotations
 
 import argparse
-from datetime import datetime, timezone
 import statistics
 import sys
 import time
@@ -108,10 +107,7 @@ def main(argv=None) -> int:
     loaded = load_model(config.model, config.device, config.dtype)
     server = local_server(Assembly(config, loaded, Quiet()), lambda *args: None)
     commands = [item.instruction for item in robot_workload.load('test')]
-    report = {'command': ' '.join(['python -m benchmarks.bench_planning_cost',
-                                   *(sys.argv[1:] if argv is None else argv)]),
-              'commit': common.commit(), 'machine': common.machine(),
-              'date': datetime.now(timezone.utc).isoformat(timespec='seconds')}
+    report = common.run_header('benchmarks.bench_planning_cost', argv)
     log('server ready; queueing goals behind the held model ...')
     try:
         with server.executor.assembly.model_lock:  # the worker takes one goal and waits here

@@ -25,7 +25,6 @@ the goals met. Held-out items (the workload's test split), seeded.
 from __future__ import annotations
 
 import argparse
-from datetime import datetime, timezone
 import json
 from pathlib import Path
 import random
@@ -266,10 +265,7 @@ def main(argv=None) -> int:
         alone = peer_times(llm, ids_of, items, args.max_new_tokens)
     else:
         alone = earlier['alone_s']
-    report = {'command': ' '.join(['python -m benchmarks.bench_traces',
-                                   *(sys.argv[1:] if argv is None else argv)]),
-              'commit': common.commit(), 'machine': common.machine(),
-              'date': datetime.now(timezone.utc).isoformat(timespec='seconds'),
+    report = {**common.run_header('benchmarks.bench_traces', argv),
               'items': len(items), 'seconds': args.seconds,
               'max_new_tokens': args.max_new_tokens, 'mean_alone_s': statistics.mean(alone),
               'capacity_per_s': 1.0 / statistics.mean(alone), 'alone_s': alone,

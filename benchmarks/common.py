@@ -5,9 +5,11 @@ Starting nodes, sending goals and writing a results folder: ``benchmarks.harness
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 import os
 import platform
 import subprocess
+import sys
 import time
 from typing import Callable
 
@@ -97,3 +99,11 @@ class StealMeter:
         if now is None or last is None or now[1] <= last[1]:
             return None
         return (now[0] - last[0]) / (now[1] - last[1])
+
+
+def run_header(module: str, argv=None) -> dict:
+    """Return a run's command line, commit, machine and UTC date (the results' header)."""
+    return {'command': ' '.join([f'python -m {module}', *(sys.argv[1:] if argv is None
+                                                          else argv)]),
+            'commit': commit(), 'machine': machine(),
+            'date': datetime.now(timezone.utc).isoformat(timespec='seconds')}
