@@ -267,6 +267,31 @@ def test_a_goal_not_even_its_fastest_option_serves_in_time_is_refused_as_it_star
         server.stop(timeout_s=30.0)
 
 
+def test_a_goal_starting_under_a_stream_of_arrivals_leaves_room_for_the_next_ones(
+        loaded, tmp_path, synthetic_profile):
+    server = profiled_server(loaded, tmp_path, synthetic_profile, 'edf')
+    auto, share = int(Mode.AUTO), server.executor.admission.share
+    try:
+        stream = [server.admit(GoalSpec('Go.', budget_s=3.0, mode=auto, max_new_tokens=2),
+                               f'stream{k}') for k in range(9)]
+        for job in stream:  # nine 0.21-s goals within a second: ~2 s of work a second
+            server.submit(job)
+        wait_all(stream)
+        slow = server.admit(GoalSpec('Go.', budget_s=30.0, mode=auto, max_new_tokens=8),
+                            'slow')
+        pipeline = server.executor.pipeline
+        # None waits, yet the goals the stream says are coming bind its plan.
+        seconds, why, _ = share.of(pipeline, slow)
+        assert re.search(r'of the 0 goals waiting and \d+ expected at the recent '
+                         r'\d+\.\d goals/s meet on their fastest options', why), why
+        assert seconds < 5.0
+        # Without the window an idle node leaves the goal its own deadline.
+        server.reconfigure(replace(server.config, arrival_window_s=0.0))
+        assert share.of(pipeline, slow) is None
+    finally:
+        server.stop(timeout_s=30.0)
+
+
 def test_admission_counts_the_expected_wait_and_protects_accepted_goals(loaded, tmp_path,
                                                                         synthetic_profile):
     server = profiled_server(loaded, tmp_path, synthetic_profile, 'edf',

@@ -37,7 +37,7 @@ LIVE = frozenset({
     'predictor_share', 'min_cut_saving', 'auto_early_exit', 'deadline_closure', 'tpot_jitter',
     'idle_best_effort', 'min_switch_speedup', 'time_margin', 'context_reduction',
     'count_time_errors', 'length_hedge', 'fidelity_tolerance', 'llama_handover',
-    'feedback_period_s', 'preemption', 'queue_planning'})
+    'feedback_period_s', 'preemption', 'queue_planning', 'arrival_window_s'})
 
 _TABLE = (
     Param('model', 'embedded', "Model source: 'embedded' (SmolLM2-135M-Instruct from the "
@@ -87,6 +87,11 @@ _TABLE = (
           '(core/queue_plan.py): quality only where that schedule has slack. With none '
           'waiting, or when even its fastest option does not fit that time, it is planned '
           'for its own deadline.'),
+    Param('arrival_window_s', 5.0, 'queue_planning: the goals accepted in the last this '
+          'many seconds stand for those still to come (at their rate, with their deadlines '
+          'and fastest-option times), so a goal starting under a steady stream leaves them '
+          'room as it does the goals waiting (core/arrivals.py). 0: only the goals waiting.',
+          0.0, 600.0),
     Param('queue_aware_admission', False, 'Admit a goal for the time left after its '
           'expected wait in the queue (ETE x predicted lengths of the goals ahead), and '
           'refuse one that would push an accepted goal past its deadline by overtaking it. '

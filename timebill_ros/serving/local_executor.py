@@ -93,7 +93,8 @@ class LocalExecutor:
         self.admission.preview(job)
 
     def enqueue(self, job) -> None:
-        """Queue the goal for the worker (lock held)."""
+        """Queue the goal for the worker (lock held); it counts as a recent arrival."""
+        self.admission.share.arrived(job)
         self.dispatch.enqueue(job)
 
     def unqueue(self, job) -> bool:

@@ -2,14 +2,17 @@
 
 ROS-free. The rule is core/queue_plan.py (the goals waiting that can meet keep their
 latest start times on their fastest options); this asks it with the dispatch queue's
-head and plans the starting goal for that share, or on its fastest option when not
-even the share fits (``queue_planning``).
+head and the goals the recent arrivals say are still to come (core/arrivals.py,
+``arrival_window_s``), and plans the starting goal for that share, or on its fastest
+option when not even the share fits (``queue_planning``).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 import itertools
+
+from timebill_ros.core.arrivals import Arrival, RecentArrivals
 
 from timebill_ros.core.planning import Plan
 from timebill_ros.core.queue_plan import LOOK_BEHIND, queue_budget, Waiting
@@ -24,6 +27,16 @@ class QueueShare:
     def __init__(self, admission):
         """Plan for ``admission`` (its server's dispatch queue, config and queue fit)."""
         self.admission = admission
+        self.arrivals = RecentArrivals(admission.config.arrival_window_s)
+
+    def arrived(self, job: Job) -> None:
+        """Record an accepted goal (server lock held): its time on its fastest option."""
+        self._follow_window()
+        pipeline = self.admission.server.pipeline
+        if not self.admission.config.queue_planning or pipeline.online is None:
+            return
+        fastest_s = self.admission.queue_fit(pipeline).fastest_s(job)
+        self.arrivals.add(Arrival(job.clock.now(), job.request.budget_s, fastest_s))
 
     def plan_for(self, pipeline, job: Job, timing, predicted, seconds: float,
                  request=None) -> Plan | None:
@@ -60,11 +73,16 @@ class QueueShare:
             plan, f'at dispatch: on its fastest option, {option or "the full model"}; '
             f'{why}, and no plan fits that')
 
-    def of(self, pipeline, job: Job) -> tuple | None:
-        """Return (seconds, why, its fastest option) while others wait, or None.
+    def _follow_window(self) -> None:
+        """Take ``arrival_window_s`` as set now (a live parameter)."""
+        self.arrivals.window_s = self.admission.config.arrival_window_s
 
-        None when its own time left binds: nothing waits, ``queue_planning`` is off, or
-        the goals waiting that can meet do so whatever it runs on (core.queue_plan).
+    def of(self, pipeline, job: Job) -> tuple | None:
+        """Return (seconds, why, its fastest option) while others wait or come, or None.
+
+        None when its own time left binds: none waits nor is expected, ``queue_planning``
+        is off, or the goals waiting and expected that can meet do so whatever it runs
+        on (core.queue_plan).
         """
         if not self.admission.config.queue_planning or pipeline.online is None:
             return None
@@ -74,15 +92,20 @@ class QueueShare:
             # hundreds at the queue's head): the window holds the live ones.
             waiting = list(itertools.islice((other for other in dispatch.queue
                                              if other.clock.deadline > now), LOOK_BEHIND))
-        if not waiting:
+        self._follow_window()
+        expected = self.arrivals.expected(now, job.clock.deadline, LOOK_BEHIND - len(waiting))
+        if not waiting and not expected:
             return None
         fit = self.admission.queue_fit(pipeline)
         option, fastest_s = fit.fastest(job)
         budget = queue_budget(now, job.clock.deadline, fastest_s, [
-            Waiting(other.clock.deadline, fit.fastest_s(other)) for other in waiting])
+            *(Waiting(other.clock.deadline, fit.fastest_s(other)) for other in waiting),
+            *expected])
         if not budget.binds(job.clock.deadline):
             return None
         seconds = budget.finish_by - now
+        coming = (f' and {len(expected)} expected at the recent '
+                  f'{self.arrivals.rate(now):.1f} goals/s') if expected else ''
         return seconds, (f'for {seconds:.3f} s of its {job.clock.remaining():.3f} s: '
-                         f'{budget.protected} of the {budget.waiting} goals waiting meet on '
-                         'their fastest options only if it ends by then'), option
+                         f'{budget.protected} of the {len(waiting)} goals waiting{coming} '
+                         'meet on their fastest options only if it ends by then'), option
