@@ -244,8 +244,12 @@ def choose(options: list, settings: PlannerSettings) -> Option:
     fidelity. So a lossy cut or a faster engine is taken only when it fits more surely, and
     among cuts that all fit well enough the most faithful one runs. Fidelities within
     ``fidelity_tolerance`` of the best count as equal: among those the surest fit
-    (uncapped) runs, then the most faithful (the least lossy, listed first, wins ties), so
-    a measured fidelity gap of a point or two does not buy a slower engine's risk. When no
+    (uncapped) runs, then the most faithful (the least lossy, listed first, wins ties),
+    so a measured fidelity gap of a point or two does not buy a slower engine's risk.
+    When that is the whole model on some engine, the engine among those equally sure that
+    holds the machine least (its worst-case time) runs instead: the same answer within
+    the tolerance leaves the goals around it their time (float32 on torch held a burst's
+    first 10-s goal for 3 s where llama.cpp-f16, fidelity 0.98, needs 0.2 s). When no
     option reaches ``admit_probability`` the one fitting the largest share of its planned
     length is returned (the caller rejects or runs it best-effort).
     """
@@ -258,7 +262,21 @@ def choose(options: list, settings: PlannerSettings) -> Option:
     sure = [o for o in likely if min(o.surety, enough) >= surest - settings.fit_tolerance]
     best = max(o.quality for o in sure)
     faithful = [o for o in sure if o.quality >= best - settings.fidelity_tolerance - 1e-9]
-    return max(faithful, key=lambda o: (round(o.surety, 6), o.quality))
+    chosen = max(faithful, key=lambda o: (round(o.surety, 6), o.quality))
+    if not whole_model(chosen):
+        return chosen
+    engines = [o for o in faithful
+               if whole_model(o) and round(o.surety, 6) == round(chosen.surety, 6)]
+    return min(engines, key=lambda o: (round(o.wcet, 3), -o.quality))
+
+
+def whole_model(option: Option) -> bool:
+    """Tell whether an option runs the whole answer on one engine, uncut.
+
+    No eviction, no early exit, no planned switch of engines mid-answer.
+    """
+    cut = option.cut
+    return cut.alpha == 0.0 and cut.mode != Mode.EARLY_EXIT and not cut.switch_to
 
 
 def explain(ctx: CutContext, settings: PlannerSettings, note: str, chosen: Option,
