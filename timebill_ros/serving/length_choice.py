@@ -7,10 +7,11 @@ unless its measured cost would eat more than ``predictor_share`` of the time lef
 the text head, or the spread of recent answers). The predictor is not run at all when
 its answer cannot change the plan and it costs more than ``WORTH_SKIPPING_S``: the
 goal's whole ``max_new_tokens`` already fits on its most faithful option (the full
-model, or the option it pins), so the spread of recent answers stands in for its length
-(a short goal's per-goal cost: the target-layer head ran ~120 ms of CPU a goal beside
-the engine in bench_goal_rate). A grammar's shortest whole answer is a floor. Where
-the length came from goes into every plan's note.
+model, an engine as faithful within ``fidelity_tolerance``, or the option it pins), so
+the spread of recent answers stands in for its length (a short goal's per-goal cost:
+the target-layer head ran ~120 ms of CPU a goal beside the engine in bench_goal_rate).
+A grammar's shortest whole answer is a floor. Where the length came from goes into
+every plan's note.
 """
 
 from __future__ import annotations
@@ -139,18 +140,23 @@ class LengthChoice:
 
     @staticmethod
     def _worst_case_fits(pipeline, request, n_prompt: int, left_s: float) -> bool:
-        """Tell whether the whole ``max_new_tokens`` fits on the most faithful option.
+        """Tell whether the whole ``max_new_tokens`` fits the whole model, uncut.
 
-        That option: the full model at the node's dtype, or the option the goal pins;
-        no eviction, early exit or lower precision. Then the length cannot change which
-        option the plan takes (one planner call, ~1 ms, against the predictor's run).
+        On the option the goal pins, or on the engine the planner takes for it when its
+        fidelity counts as the full model's (``fidelity_tolerance``: among those equally
+        sure, the one holding the machine least runs, and a shorter answer changes
+        neither); no eviction, early exit or mix of precisions. Then
+        the length cannot change which option the plan takes (one planner call, ~1 ms,
+        against the predictor's run).
         """
         try:
             plan = pipeline.planner.plan(request, n_prompt, left_s, request.max_new_tokens)
         except Rejection:
             return False
-        return (plan.precision == request.precision and plan.eviction_ratio == 0.0
-                and plan.mode != Mode.EARLY_EXIT and not plan.precision_mix)
+        uncut = plan.eviction_ratio == 0.0 and plan.mode != Mode.EARLY_EXIT \
+            and not plan.precision_mix
+        return uncut and (plan.precision == request.precision or (
+            not request.precision and _as_faithful(pipeline.planner, plan.precision)))
 
     def _skipped(self, pipeline, request, why: str) -> tuple:
         """Return (length, note, spread) of a goal planned without its length predictor.
@@ -168,3 +174,12 @@ class LengthChoice:
         median = max(1, min(round(spread.quantile(0.5, 0.0)), request.max_new_tokens))
         return median, (f'{why}: planned on the spread of {spread.samples[0]} recent answers '
                         f'(median {median} tokens)'), spread
+
+
+def _as_faithful(planner, option: str) -> bool:
+    """Tell whether ``option``'s measured fidelity counts as the full model's."""
+    context = getattr(planner, 'context', None)
+    if context is None:
+        return False
+    quality = context.effects.of_precision(option).quality
+    return quality >= 1.0 - planner.settings.fidelity_tolerance - 1e-9
