@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Goals per second for short goals: the node against the bare engine on this machine.
 
 Issue 52 item 0. ``--goals`` held-out robot commands, ``--max-new-tokens`` each (8),

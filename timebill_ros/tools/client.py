@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A blocking Instruct client for tools and tests: send a goal, stream, wait for the end."""
 
 from __future__ import annotations
@@ -72,6 +73,9 @@ def make_goal(instruction: str, budget_s: float, context: str = '', policy: int 
               seed: int = 0, json_schema: str = '', grammar: str = '',
               deadline_ns: int = 0) -> Instruct.Goal:
     """Build an Instruct goal from plain values (``history``: (role, content) pairs).
+
+    ``policy`` 0 (POLICY_NODE_DEFAULT): the node's ``default_policy``. ``mode`` 1 is
+    MODE_NONE (the full model only); pass 0 for MODE_AUTO, the goal message's default.
 
     ``deadline_ns``: an absolute deadline on the node's clock (ROS time, ns; 0 = none).
     """
