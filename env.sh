@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
 # Environment for timebill_ros: source it (bash or zsh), from any directory:
 #

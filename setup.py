@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Pip install of timebill_ros's Python code (``pip install .``).
 
 The ROS 2 package (interfaces, node, launch file, the tools under lib/timebill_ros) is
@@ -13,10 +14,9 @@ from pathlib import Path
 from setuptools import find_packages, setup
 
 _HERE = Path(__file__).resolve().parent
-_VERSION = re.search(
-    r"^__version__ = '([^']+)'",
-    (_HERE / 'timebill_ros' / '__init__.py').read_text(encoding='utf-8'),
-    re.MULTILINE).group(1)
+# The version is written once, in package.xml (the ROS package's own).
+_VERSION = re.search(r'<version>([^<]+)</version>',
+                     (_HERE / 'package.xml').read_text(encoding='utf-8')).group(1)
 
 setup(
     version=_VERSION,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The lab: benchmarks, evaluators and experiments over timebill_ros (not installed).
 
 Run from the repository root as ``python -m benchmarks.<name>`` (the ``make bench*``

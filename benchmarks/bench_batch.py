@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Batched decoding: the bound on this machine, then tokens/s through the node.
 
 ``python -m benchmarks.bench_batch`` (``make bench-batch``):

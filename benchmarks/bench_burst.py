@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """bench_burst: many goals at once through the node, against an offline EDF schedule.
 
 One client sends ``--goals`` goals as fast as it can (held-out robot commands, budgets

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Long contexts under a hard deadline, through the node: lateness, correct answers, reuse.
 
 ``python -m benchmarks.bench_context --items 60 --out results/context/<run>`` starts

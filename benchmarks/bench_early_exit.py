@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Early exit on the embedded model: layer ablation, threshold choice and a deadline sweep.
 
 ``python -m benchmarks.bench_early_exit`` (``--quick`` for a smoke run).

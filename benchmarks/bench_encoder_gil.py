@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The text length head's encoder beside busy Python threads: eager against traced.
 
 ``python -m benchmarks.bench_encoder_gil`` times one MiniLM forward over a batch

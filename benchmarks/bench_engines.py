@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fixed choices against the planner through the node, per budget tier (engines as options).
 
 ``python -m benchmarks.bench_engines --out results/engines/<name>`` starts two
@@ -35,10 +36,12 @@ from benchmarks import harness
 from benchmarks.common import commit, machine, shipped_params, stamped_log
 from benchmarks.harness import tier_budget
 from timebill_ros.core.cut_kinds import handover_of
+from timebill_ros.core.request import OverrunPolicy
 from timebill_ros.evaluation import metrics, robot_workload
 
 RELATIVE = (0.3, 0.5, 0.7, 1.0)
 ABSOLUTE = (1.0, 2.0, 5.0)
+KILL = int(OverrunPolicy.KILL)
 TIERS = tuple(f'{r:g}x' for r in RELATIVE) + tuple(f'{a:g}s' for a in ABSOLUTE)
 MODE_AUTO, MODE_NONE, MODE_EVICTION = 0, 1, 2
 # name -> (node, mode, pinned precision, eviction ratio)
@@ -79,7 +82,7 @@ class Nodes(harness.Nodes):
         """Send ``item`` under ``strategy`` with ``budget_s`` (Kill); return its record."""
         from timebill_ros.tools.client import make_goal, outcome_name
         node, mode, precision, ratio = {**STRATEGIES, **TRACE_ONLY}[strategy]
-        goal = make_goal(item.instruction, budget_s, item.context, policy=0, mode=mode,
+        goal = make_goal(item.instruction, budget_s, item.context, policy=KILL, mode=mode,
                          max_new_tokens=self.cap, eviction_ratio=ratio, precision=precision,
                          expected_tokens=self.cap if mode != MODE_AUTO else 0)
         run = self.clients[node].ask(goal, budget_s + 180.0)

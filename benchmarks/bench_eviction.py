@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Benchmark: answer quality vs decode speed under KV-cache eviction (the planner's trade).
 
 Run with ``python -m benchmarks.bench_eviction`` (``--quick`` for a smoke run).

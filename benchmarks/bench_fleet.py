@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """bench_fleet: the robot workload on vLLM replicas, through the node vs a plain client.
 
 ``python -m benchmarks.bench_fleet --vllm-python .venv-vllm/bin/python``

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Goals per second for short goals: the node against the bare engine on this machine.
 
 Issue 52 item 0. ``--goals`` held-out robot commands, ``--max-new-tokens`` each (8),
@@ -47,7 +48,10 @@ def node_burst(client, commands: list, max_new: int, precision: str) -> dict:
     """Send the commands at once; return the node's rate and outcomes."""
     from timebill_ros.tools.client import make_goal, outcome_name
     sent = time.monotonic()
-    runs = [client.send(make_goal(text, BUDGET_S, max_new_tokens=max_new,
+    # MODE_AUTO (0) on both paths: the pinned goals keep their engine, the others are
+    # the planner's (before 2026-12-07 15:45 make_goal's default sent MODE_NONE, so the
+    # "auto" path ran the full model only).
+    runs = [client.send(make_goal(text, BUDGET_S, max_new_tokens=max_new, mode=0,
                                   precision=precision)) for text in commands]
     for run in runs:
         client.wait(run, BUDGET_S + 120.0)

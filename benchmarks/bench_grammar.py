@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """llguidance, xgrammar and llama.cpp's GBNF on this CPU: compile, mask per token, correctness.
 
 ``python -m benchmarks.bench_grammar --out results/grammar/<run>`` compiles the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """bench_llama_batch: llama.cpp decode steps with 1..N sequences in one batch, per format.
 
 The node's own llama.cpp context (runtime/llama_engine.LlamaModel, one KV stream a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Long-context table through the node: completion, task score and fidelity over budgets.
 
 ``python -m benchmarks.bench_longcontext`` (``make bench-longcontext``) sends long

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Benchmark: one MODE_AUTO planning decision with and without the per-layer precision DP.
 
 ``python -m benchmarks.bench_mix_planner`` plans a 40-token robot-like goal (80-token

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Decode steps beside a second OpenMP team: in one process and through the node.
 
 ``python -m benchmarks.bench_openmp_team`` reruns the probe behind cce074a.

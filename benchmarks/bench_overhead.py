@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Benchmark: tokens/s and TPOT through the node vs a bare transformers loop; start times.
 
 Run with ``make bench-overhead`` (or ``python -m benchmarks.bench_overhead``). The

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Benchmark: time one TimeBill planning decision (ETE + alpha*), predictor excluded.
 
 Run with ``python -m benchmarks.bench_planner [--profile PATH]``; uses the

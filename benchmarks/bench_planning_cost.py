@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """bench_planning_cost: the node's planning work per goal with many goals queued.
 
 The shipped configuration's server (embedded model, every resident option, profiles of

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Precision as a planning dimension on the robot workload, through the node, per budget tier.
 
 ``python -m benchmarks.bench_precision`` (``make bench-precision``) reuses a

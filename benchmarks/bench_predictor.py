@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Benchmark: what the length predictor adds to a goal, relative to the target's prefill.
 
 For prompts of several lengths, times the prefill + first token of a goal that

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A long goal with slack, then urgent goals behind it: preemptive EDF on and off.
 
 The case of issue 52: one 200-token goal with a 40-s budget, then four one-word goals

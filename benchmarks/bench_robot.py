@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Robot workload through the node: planning against the plain full model, per budget tier.
 
 ``python -m benchmarks.bench_robot`` (``make bench-robot``) starts the node

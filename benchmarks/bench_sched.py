@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Scheduling benchmark: robot instructions replayed from rosbags through the node, per strategy.
 
 ``python -m benchmarks.bench_sched`` (``make bench-sched``) starts the node with

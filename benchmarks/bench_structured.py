@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Robot commands with schemas through the node: free text, constrained, constrained + closure.
 
 ``python -m benchmarks.bench_structured --items 40 --out results/structured/<run>``

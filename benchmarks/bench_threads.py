@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Decode-step and prefill time per precision, thread and intra-op thread count.
 
 ``python -m benchmarks.bench_threads`` times, for float32 and the int8-dynamic

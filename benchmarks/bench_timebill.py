@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """TimeBill evaluation through the node: completion rate and score over time budgets.
 
 ``make bench`` (``python -m benchmarks.bench_timebill``; ``--quick`` for a smaller

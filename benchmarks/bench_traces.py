@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """bench_traces: arrival traces of held-out robot commands through the node and a peer.
 
 The same traces go to the node (real action clients over DDS, shipped configuration,

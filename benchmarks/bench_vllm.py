@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """bench_vllm: one `vllm serve` replica driven with deadlines by the node's replica client.
 
 Starts a replica from a vLLM environment (``--vllm-python``: its own venv, since vLLM

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Decode-step and prefill time of the embedded model per weight format, on this machine.
 
 ``python -m benchmarks.bench_weight_formats`` builds, from the float32 model, the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What a user would run instead of the node on the same burst: llama.cpp first come first served.
 
 The peer is llama-cpp-python's own generation loop on the node's GGUF (one slot), serving

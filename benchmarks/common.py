@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Small helpers the benchmarks and the builders of shipped data share.
 
 Starting nodes, sending goals and writing a results folder: ``benchmarks.harness``.

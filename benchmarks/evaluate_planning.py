@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Trace-driven evaluation of planning policies on machine profiles (seconds, not hours).
 
 ``python -m benchmarks.evaluate_planning results/engines/<run> ... --out <new folder>``

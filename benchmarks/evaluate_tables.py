@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Tables of the trace-driven evaluator: gaps to the node, pooled runs, markdown.
 
 What ``evaluate_planning`` writes: per run, per machine profile and pooled over runs,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Explain one tier cell of the evaluator goal by goal: what AUTO chose and what met.
 
 ``python -m benchmarks.explain_cell results/engines/<run> ... --profile

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The one harness: start nodes, send a workload, collect records, write a results folder.
 
 ``Nodes`` starts nodes (``timebill_ros.tools.process.NodeProcess``) each with its action

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Where the repository, its results and its shipped data are: the one place to ask.
 
 ``REPO`` is the checkout that holds the ``benchmarks`` package being run (found through

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """PNG plots of a TimeBill benchmark report (matplotlib, no display needed)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Replay measured runs under the Kill and Skip-Next overrun policies (pure Python).
 
 A run is one real execution through the node with time to spare: its end-to-end

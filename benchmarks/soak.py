@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Soak: a long mixed workload replayed from a bag; memory, threads, files and TPOT over time.
 
 ``python -m benchmarks.soak --minutes 30`` (``make soak``) starts the node with the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Launch the timebill node (needs a ROS 2 install with launch and launch_ros).
 
     ros2 launch timebill_ros timebill.launch.py namespace:=robot1 managed:=true autostart:=true

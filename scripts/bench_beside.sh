@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Run one benchmark command at another commit and at this checkout, back to back on this
 # machine, so a change is measured beside the code before it.
 #

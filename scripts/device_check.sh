@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Device check (issue 16): build, the timing-relevant tests, calibrate (ETE MAPE of both
 # phases), node overhead against a bare decode loop, the weight formats (16-bit copies on
 # CUDA), and a short deadline sweep with Kill and Skip-Next through the node. Every figure

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Print the node's ETE error for full-cache and evicted runs of the e2e eviction prompt.
 
 Usage, from the repo root after ``. ./env.sh``::

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Create .venv-vllm: a `vllm serve` replica's own environment (vLLM needs a newer
 # transformers than the node's pin). CPU build from the package registry.
 #   scripts/vllm_venv.sh [DIR]      (default: .venv-vllm in the checkout)

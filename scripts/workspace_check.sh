@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Build and test timebill_ros as a user's workspace would: a clean copy of the committed
 # tree in <ws>/src, `colcon build`, `colcon test`, `colcon test-result`.
 #   scripts/workspace_check.sh [WS]     (default: a new temporary directory)

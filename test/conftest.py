@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared fixtures: isolated DDS domain, node processes, rclpy clients."""
 
 from contextlib import contextmanager

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Imports point down only, in every package and top-level module of timebill_ros.
 
 The product is core < runtime < serving < ros: each layer imports only the layers

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """flake8 (99 columns) and pep257 docstrings, run as tests like ament_flake8/ament_pep257."""
 
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Deadline report: CSV round trip, categories, PNG rendered from a known CSV."""
 
 import math

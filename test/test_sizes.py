@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Size limits of the product's code, kept by CI beside the layering test (test_layers.py).
 
 A module a newcomer reads in one sitting, a class that is not a god class, a function

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Deadline report of a replay: the per-request CSV and a PNG rendered from it (no ROS).
 
 The CSV (one row per request, ``COLUMNS``) is what ``timebill_bag replay``

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Builders of the data timebill_ros ships (timebill_ros/data; not installed).
 
 Run from the repository root as ``python -m training.<name>`` (``make measure-cuts``,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Build (resumably) the length predictor's distillation data from the embedded model.
 
 Writes labels (prompt id, prompt tokens, answer length, hit-max flag) as JSONL

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Measure what context reduction keeps: right answers and prompt tokens per kept share.
 
 ``python -m training.measure_context_cut --items 16 --out results/context_cut/<run>``

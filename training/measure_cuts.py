@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Measure what each quality cut does to the target model's answers on the train split.
 
 ``python -m training.measure_cuts`` answers every train item of the robot

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Measure what lowering each layer to int8 costs: KL per unit, additivity, times, memory.
 
 ``python -m training.measure_precision`` (``make measure-precision``):

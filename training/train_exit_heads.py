@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fit exit heads (layer-l state -> final normed state, ridge) on the model's own answers.
 
 ``python -m training.train_exit_heads`` writes timebill_ros/data/exit_heads.npz.

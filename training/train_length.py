@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Train and compare response-length predictors on the distillation data.
 
 Reads what ``build_length_data`` wrote, splits it (train / validation / test,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Train and calibrate the length head on the robot workload; compare it on the held-out split.
 
 ``python -m training.train_length_robot`` reads labels and prefill

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Time a prompt's prefill on the float32 model and on its resident bfloat16 copy.
 
 ``python -m benchmarks.probes.bf16_prefill`` prints, per prompt length, the median

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Time a full garbage-collection pass after loading what the node loads, then after gc.freeze.
 
 Run: `. ./env.sh && python -m benchmarks.probes.heap_gc` (prints the tracked objects,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Probe: where a torch goal's time goes on a long cached prompt (one node, Kill).
 
 ``python -m benchmarks.probes.kill_late busy``: route-024 and
@@ -12,9 +13,12 @@ import time
 
 import rclpy
 from benchmarks.common import shipped_params
+from timebill_ros.core.request import OverrunPolicy
 from timebill_ros.evaluation import robot_workload
 from timebill_ros.tools.client import InstructClient, make_goal
 from timebill_ros.tools.process import NodeProcess
+
+KILL = int(OverrunPolicy.KILL)
 
 BUSY = ((120.0, 'loose'), (120.0, 'loose2'), (0.6, 'tight'), (0.6, 'tight'), (3.0, 'mid'),
         (0.6, 'tight'))
@@ -45,7 +49,7 @@ def run(mode: str) -> None:
                          '--nonblocking', '-f', 'raw', '-o', '/tmp/kill_late_probe.raw',
                          '--threads', '-d', '20'])
                     time.sleep(1.0)
-                goal = make_goal(item.instruction, budget, item.context, policy=0, mode=1,
+                goal = make_goal(item.instruction, budget, item.context, policy=KILL, mode=1,
                                  max_new_tokens=128, precision='int8-dynamic',
                                  expected_tokens=128)
                 res = client.ask(goal, budget + 180).result

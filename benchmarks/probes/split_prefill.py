@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Prefill on llama.cpp F16, decode on Q4_1: can a sequence's KV move between contexts.
 
 Can a sequence's KV move between the two contexts (llama_state_seq_get_data /

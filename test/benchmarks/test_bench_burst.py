@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """bench_burst's yardstick: the offline schedule and the counts it reports (pure)."""
 
 from benchmarks.bench_burst import most_on_time, summarise

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The long-context benchmark's items, tables and lateness figures (no node needed)."""
 
 from benchmarks import bench_context as bench

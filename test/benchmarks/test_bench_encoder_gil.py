@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """bench_encoder_gil: every cell measured and written to a new folder."""
 
 import json

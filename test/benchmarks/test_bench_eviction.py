@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The answer metrics of the eviction benchmark on known cases."""
 
 from benchmarks.bench_eviction import configurations, score, token_f1

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """bench_fleet's pure parts: the arrival schedule, a cell's figures, the table."""
 
 from types import SimpleNamespace

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """bench_llama_batch times one llama_decode of 1..N sequences on the node's own context."""
 
 from benchmarks.bench_llama_batch import markdown, step_times

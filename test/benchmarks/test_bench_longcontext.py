@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The long-context benchmark's scoring, tables and verdict (plain records, no node)."""
 
 import pytest

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """bench_openmp_team: both parts measured (tiny model, a real node) and written."""
 
 import json

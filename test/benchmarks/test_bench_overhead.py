@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The overhead benchmark's bare llama.cpp loop runs the kernels the node runs."""
 
 from benchmarks import bench_overhead

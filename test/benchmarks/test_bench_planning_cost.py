@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """bench_planning_cost times admissions and dispatch plans behind a held model (tiny model)."""
 
 from conftest import Log

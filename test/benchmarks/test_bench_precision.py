@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """bench_precision's fidelity and tables (the node runs are the benchmark itself)."""
 
 import math

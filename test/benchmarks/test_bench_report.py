@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The benchmark's pure parts: budget placement, policy sweeps, report and plots."""
 
 import pytest

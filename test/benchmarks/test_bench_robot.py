@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The robot benchmark's replay and summary rules (no node: plain records)."""
 
 import pytest

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """bench_sched's workload builder and figures (the node runs are the benchmark itself)."""
 
 import pytest

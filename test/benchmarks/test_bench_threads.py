@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """bench_threads on the tiny model: every cell measured and written."""
 
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """bench_traces' traces, summaries and goodput (pure parts; the runs need the node)."""
 
 from benchmarks.bench_traces import cell, goodput, make_trace, markdown, PEER, SHORT_TOKENS

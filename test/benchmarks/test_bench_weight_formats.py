@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """bench_weight_formats' builders (the timings are the benchmark itself)."""
 
 import torch

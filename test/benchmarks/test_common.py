@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The benchmarks' shared helpers: the CPU steal meter."""
 
 from benchmarks.common import cpu_times, StealMeter

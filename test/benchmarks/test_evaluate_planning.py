@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The trace-driven evaluator replays fixed choices and the node's planner on traces."""
 
 import pytest

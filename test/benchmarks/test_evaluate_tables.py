@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The evaluator's tables: gaps to the node, repeatability, runs pooled per profile."""
 
 import pytest

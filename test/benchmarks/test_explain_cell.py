@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """explain_cell groups a tier cell's goals by the option AUTO ran, with every choice's met."""
 
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The harness: nodes and their clients by name, tier budgets, new results folders."""
 
 import pytest

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every module of the lab imports, and every command in it answers --help.
 
 The lab (benchmarks/, their probes, training/) is not installed and runs for hours, so no

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The soak's short variant: about 2 minutes of mixed traffic against the tiny-model node."""
 
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """timebill_bag command line: write/show/report, one-line errors with exit status 2."""
 
 import subprocess

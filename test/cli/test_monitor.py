@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """timebill_monitor renders the node's diagnostics and the last goals (messages built by the
 node's own builders, no terminal)."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Goals still to come: recent arrivals stand for the next ones in a starting goal's plan."""
 
 import math

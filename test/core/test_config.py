@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Parameters: one table of defaults and ranges, validated together."""
 
 from dataclasses import fields

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The parameter schema and README table come from PARAMS and validate the shipped YAML."""
 
 import copy

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Context reduction keeps the sentences BM25 ranks closest to the question, in order."""
 
 import pytest

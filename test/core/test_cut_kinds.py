@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Cut objects: each kind's time, effect, per-token step and words; the plan's estimate."""
 
 from dataclasses import fields, MISSING, replace

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Cut effects: interpolation over eviction ratios, lookup, round trip, validation."""
 
 import pytest

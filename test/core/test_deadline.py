@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Kill / Skip-Next rules and deadline_met, on an injected clock."""
 
 from timebill_ros.core.deadline import (

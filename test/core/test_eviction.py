@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """alpha*: closed form vs numeric search, monotonicity and feasibility (hypothesis)."""
 
 from hypothesis import given, settings, strategies as st

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Feedback pacing: fewer messages, the same text, the newest token's index and times."""
 
 from timebill_ros.core.execution import TokenEvent

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Length buckets, predictor metrics and the data-derived pessimistic factor."""
 
 import math

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A goal's answer form: validation with reasons, and the stop reasons."""
 
 import pytest

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The pause rule of preemptive EDF: who gives its place to an earlier deadline."""
 
 import math

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """TimeBill planner: mode handling, alpha*, infeasible policies."""
 
 from dataclasses import replace

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Mixed precision: unit-time fits, the knapsack DP against brute force, fidelity."""
 
 import itertools

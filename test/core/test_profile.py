@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stored measurements: the int8 pick."""
 
 import pytest

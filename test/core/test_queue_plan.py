@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Planning against the queue: the time a starting goal leaves the goals behind it."""
 
 import math

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Admission on a replica pool: the length spread, the tokens that fit, the refusal rules."""
 
 from types import SimpleNamespace

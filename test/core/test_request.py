@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Goal validation: every bad-goal class gets a reason; defaults are filled."""
 
 import math
@@ -7,6 +8,7 @@ import pytest
 from timebill_ros.core.request import (
     check_prompt_fits, GoalSpec, Limits, Mode, OverrunPolicy, POLICY_NODE_DEFAULT, Rejection,
     validate)
+from timebill_ros.core.workload import POLICIES
 
 LIMITS = Limits(max_budget_s=60.0, default_max_new_tokens=32, max_new_tokens_limit=256,
                 default_pessimistic_factor=2.0, default_policy=OverrunPolicy.SKIP_NEXT)
@@ -22,13 +24,18 @@ def test_valid_goal_gets_defaults():
     req = validate(spec(), LIMITS)
     assert req.max_new_tokens == 32
     assert req.pessimistic_factor == 2.0
-    assert req.policy == OverrunPolicy.KILL
+    assert req.policy == OverrunPolicy.SKIP_NEXT  # the node's default_policy
     assert req.mode == Mode.AUTO
 
 
-def test_node_default_policy():
+def test_a_zero_policy_is_the_node_default_and_the_values_match_the_action():
+    assert POLICY_NODE_DEFAULT == 0
     assert validate(spec(overrun_policy=POLICY_NODE_DEFAULT), LIMITS).policy == \
         OverrunPolicy.SKIP_NEXT
+    assert validate(spec(overrun_policy=int(OverrunPolicy.KILL)), LIMITS).policy == \
+        OverrunPolicy.KILL
+    assert POLICIES == {'node_default': POLICY_NODE_DEFAULT, 'kill': OverrunPolicy.KILL,
+                        'skip_next': OverrunPolicy.SKIP_NEXT}
 
 
 @pytest.mark.parametrize('kw, fragment', [

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Schedulers: dispatch order, capacity, cancel, and a brute-force check on random cases."""
 
 import random

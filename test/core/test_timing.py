@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """ETE fits, MAPE, WCET sum and online refinement."""
 
 import numpy as np

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Workload arrival patterns and items: shapes, determinism, argument validation."""
 
 import math

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 import pytest
 
 from timebill_ros.evaluation.metrics import rouge_l, score

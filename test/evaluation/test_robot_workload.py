@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Robot workload: committed data set, splits, references and scoring (no model)."""
 
 import collections

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The robot workload package makes the items the single module made, seed for seed.
 
 ``data/robot_items.sha256.json`` was computed from ``evaluation/robot_workload.py``

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The launch file, read as source (launch and launch_ros are not installable here)."""
 
 import ast

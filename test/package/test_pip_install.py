@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``pip install .``: the wheel carries every layer, the node and tools, and their scripts.
 
 Benchmarks and the builders of the shipped data are not installed.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A client process for the burst tests: send goals at once, report what came back as JSON.
 
 Usage: python burst_client.py N BUDGET_S MAX_NEW_TOKENS [--hold]

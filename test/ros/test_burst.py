@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """No goal is lost: bursts from many clients, a cancel storm, a client that vanishes.
 
 A separate tiny-model node process, real action clients over DDS (in this process from

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Faults the node must survive or report (tiny model, real processes and DDS).
 
 Each test fails on the behaviour before issue 16: a corrupt model dir crashed with a

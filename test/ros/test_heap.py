@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Start-up objects leave the collector's passes; a released model's cycles are still freed."""
 
 import gc

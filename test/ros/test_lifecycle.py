@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The managed (lifecycle) node driven through its transitions over DDS (tiny model)."""
 
 import threading

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The node as users run it: a separate process, real action clients over DDS, tiny model."""
 
 import time
@@ -229,14 +230,21 @@ def test_diagnostics_carry_status_and_values(client, recorder, wait_until):
     start = len(recorder['diag'])
     wait_until(lambda: len(recorder['diag']) > start + 1, 10, 'diagnostics')
     array = recorder['diag'][-1]
-    assert len(array.status) == 1
-    status = array.status[0]
-    assert status.name == '/timebill: deadlines' and status.hardware_id
+    sections = {status.name: status for status in array.status}
+    assert {'/timebill: deadlines', '/timebill: queue', '/timebill: timing model'} <= \
+        set(sections)
+    status = sections['/timebill: deadlines']
+    assert status.hardware_id
     values = {kv.key: kv.value for kv in status.values}
     for key in ('accepted', 'rejected', 'completed', 'killed', 'skipped', 'canceled',
-                'miss_rate', 'tpot_p50_s', 'tpot_p99_s', 'last_e2e_s', 'queue_length',
-                'model', 'device'):
+                'miss_rate', 'tpot_p50_s', 'tpot_p99_s', 'last_e2e_s'):
         assert key in values, key
+    queue = {kv.key: kv.value for kv in sections['/timebill: queue'].values}
+    timing = {kv.key: kv.value for kv in sections['/timebill: timing model'].values}
+    assert 'queue_length' in queue and queue['state'] == 'serving'
+    assert sections['/timebill: queue'].level == bytes([0])
+    assert timing['model'] == 'tiny-random' and timing['device'] == 'cpu'
+    values.update(timing)
     assert values['model'] == 'tiny-random' and values['device'] == 'cpu'
     assert int(values['accepted']) >= 1 and int(values['rejected']) >= 1
     # Earlier tests missed deadlines on purpose (kill, skip-next): the rate shows it.

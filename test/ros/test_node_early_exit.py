@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """MODE_EARLY_EXIT and per-token deadline schedulability through the node (tiny model)."""
 
 import threading

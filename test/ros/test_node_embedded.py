@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """End to end with the real embedded SmolLM2 model: answers, ETE calibration, eviction."""
 
 import time
@@ -180,7 +181,9 @@ def test_diagnostics_show_the_online_estimation_error(client):
                 break
             threading.Event().wait(0.1)
         assert seen, 'no /diagnostics message'
-        values = {kv.key: kv.value for kv in seen[-1].status[0].values}
+        timing = next(status for status in seen[-1].status
+                      if status.name.endswith(': timing model'))
+        values = {kv.key: kv.value for kv in timing.values}
     finally:
         executor.shutdown(timeout_sec=2)
         sub_node.destroy_node()

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A length head read off the goal's own prefill, through the node (tiny model, real DDS)."""
 
 import numpy as np

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """MODE_AUTO lowers single layers to int8 when the deadline needs it (tiny model, real DDS).
 
 The profiles and the KL table are the node's inputs, written by the test so which mix

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Live parameters through the SetParameters service, and two namespaced nodes side by side.
 
 Two tiny-model node processes (/robot1 and /robot2): a live change applies to the next
@@ -5,17 +6,20 @@ goal or is refused with a reason; each node's diagnostics carry its full name, s
 monitor and rqt tell them apart.
 """
 
+import re
 import threading
 import time
 
 import pytest
 
+from action_msgs.msg import GoalStatus
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.srv import DescribeParameters, GetParameters, SetParameters
 from rclpy.parameter import Parameter
 
 from conftest import client_fixture, NodeProcess
 from timebill_ros.cli.monitor import MonitorState
+from timebill_ros.action import Instruct
 from timebill_ros.core.request import Outcome
 from timebill_ros.tools.client import make_goal
 
@@ -189,3 +193,82 @@ def test_an_absolute_deadline_on_the_node_clock_is_the_budget(client):
     none = make_goal('Say hi.', budget_s=0.0, max_new_tokens=2)
     refused = client.ask(none, 30)
     assert not refused.accepted and 'budget' in refused.reject_reason
+
+
+def test_a_goal_with_default_fields_follows_default_policy(graph, client):
+    helper, _ = graph
+    overrun = make_goal('Overrun please.', 0.05, max_new_tokens=400)  # overrun_policy 0
+    assert overrun.overrun_policy == Instruct.Goal.POLICY_NODE_DEFAULT == 0
+    try:
+        assert set_parameter(helper, 'default_policy', 'skip_next').successful
+        late = client.ask(overrun, 60)
+        # Skip-Next: it runs on past its deadline to its whole answer.
+        assert late.result.outcome == Outcome.COMPLETED and not late.result.deadline_met
+        assert late.result.tokens == 400
+        assert set_parameter(helper, 'default_policy', 'kill').successful
+        killed = client.ask(overrun, 60)
+        # Kill: ended at its deadline (or refused as it cannot meet it), never run on.
+        assert not killed.accepted or (killed.result.outcome in (
+            Outcome.KILLED, Outcome.REJECTED) and killed.result.tokens < 400)
+    finally:
+        assert set_parameter(helper, 'default_policy', 'kill').successful
+
+
+def plain_result(goal: Instruct.Goal):
+    """Send ``goal`` with a plain rclpy ActionClient; return (accepted, status, result)."""
+    import rclpy
+    from rclpy.action import ActionClient
+    helper = rclpy.create_node('test_plain_action_client')
+    try:
+        action = ActionClient(helper, Instruct, '/robot1/timebill/instruct')
+        assert action.wait_for_server(timeout_sec=10)
+        sent = action.send_goal_async(goal)
+        rclpy.spin_until_future_complete(helper, sent, timeout_sec=30)
+        handle = sent.result()
+        if not handle.accepted:
+            return False, None, None
+        done = handle.get_result_async()
+        rclpy.spin_until_future_complete(helper, done, timeout_sec=30)
+        return True, done.result().status, done.result().result
+    finally:
+        helper.destroy_node()
+
+
+def test_accept_and_end_gives_a_plain_action_client_the_reason(graph):
+    helper, _ = graph
+    hopeless = make_goal('Write a long story about a robot.', 0.001, max_new_tokens=1000,
+                         policy=Instruct.Goal.KILL)
+    accepted, _, _ = plain_result(hopeless)
+    assert not accepted  # refused_goals: reject (the default) says no and nothing more
+    try:
+        assert set_parameter(helper, 'refused_goals', 'accept_and_end').successful
+        accepted, status, result = plain_result(hopeless)
+        assert accepted and status == GoalStatus.STATUS_ABORTED
+        assert result.outcome == Outcome.REJECTED and not result.deadline_met
+        assert 'deadline' in result.reason, result.reason
+        # An invalid goal too: its reason reaches the client.
+        accepted, status, result = plain_result(make_goal('', 5.0))
+        assert accepted and result.outcome == Outcome.REJECTED
+        assert 'instruction' in result.reason, result.reason
+    finally:
+        assert set_parameter(helper, 'refused_goals', 'reject').successful
+
+
+def test_the_readme_namespace_example_runs_as_shown(node):
+    import shlex
+    import subprocess
+    import sys
+    from conftest import ROOT
+    lines = open(f'{ROOT}/README.md', encoding='utf-8').read().splitlines()
+    launch = next(line for line in lines if 'ros2 launch timebill_ros' in line)
+    namespace = re.search(r'namespace:=(\S+)', launch).group(1)
+    ask = shlex.split(next(line for line in lines[lines.index(launch):]
+                           if 'timebill_ask' in line))
+    args = ask[ask.index('timebill_ask') + 1:]
+    # The tool asks the node the launch line starts, by its namespaced name.
+    assert args[args.index('--node') + 1] == f'/{namespace}/timebill'
+    assert namespace == 'robot1'  # the namespace this module's node runs in
+    done = subprocess.run([sys.executable, '-m', 'timebill_ros.cli.ask', *args],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert 'COMPLETED deadline_met=True' in done.stdout

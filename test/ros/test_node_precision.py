@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """MODE_AUTO decodes on the resident int8 copy when only it fits (tiny model, real DDS).
 
 The two execution-time profiles are written by the test (they are the node's input:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The shipped configuration with the embedded model serves short robot instructions."""
 
 import re

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Structured answers over DDS: schema and grammar goals, the deadline closure, the topic form."""
 
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The node on a vLLM replica (backend 'vllm'): the same action, deadlines kept remotely.
 
 Needs a `vllm serve` environment: TIMEBILL_VLLM_PYTHON names its python (.ci/run makes

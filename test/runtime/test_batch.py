@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Batch lanes: joins at token boundaries, leaves, padding; tokens equal solo runs."""
 
 import pytest

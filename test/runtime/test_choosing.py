@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A goal's token chooser: sampling with a seed, top-p, stop strings, validity."""
 
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A press chosen during prefill leaves the cache a press from the start would leave."""
 
 import pytest

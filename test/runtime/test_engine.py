@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Engine on a tiny random-weight model: greedy tokens, streamed text, stop rules."""
 
 import pytest

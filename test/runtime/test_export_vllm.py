@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The vLLM copy of the embedded model decodes plain text and keeps the chat template."""
 
 from transformers import AutoTokenizer

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """llguidance constraints on the embedded tokenizer: masks, rejections, closures."""
 
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Weight-only int8 layers: rounding, the packed kernel, the copy, mixing and batching."""
 
 from dataclasses import replace

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Layer-by-layer decoding with exits on the tiny random model."""
 
 import pytest

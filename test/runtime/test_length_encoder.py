@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The fine-tuned MiniLM length predictor trains, round-trips and plugs into the planner."""
 
 import numpy as np

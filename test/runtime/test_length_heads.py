@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Length heads learn a synthetic task and survive a save/load round trip."""
 
 import numpy as np

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """llama.cpp engine options on the real library and the embedded GGUF."""
 
 import math

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Per-layer mixed precision on the tiny model: reference swaps, exact outputs, profiles."""
 
 import copy

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """on_own_thread: setup work runs on a thread that exits, results and errors come back."""
 
 import threading

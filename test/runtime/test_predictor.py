@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Length-predictor features match the model's own hidden states; heads plug in."""
 
 import numpy as np

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A chunked prefill leaves the cache, logits, press and length decision one pass leaves."""
 
 import pytest

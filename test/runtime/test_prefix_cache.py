@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The prefix cache reuses a prompt's stored blocks; answers equal those prefilled afresh."""
 
 import pytest

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kvpress presses around prefill, and calibration on the tiny model."""
 
 import pytest

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A real HTTP server that streams chat completions as vLLM's SSE chunks (test replica).
 
 It stands in for `vllm serve` where a test is about the node's goal lifecycle, not about

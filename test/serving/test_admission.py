@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Admission's context reduction: a refused AUTO goal is planned again on less context."""
 
 import time

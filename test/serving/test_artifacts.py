@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One way to read an artifact: load, check it fits the model, or warn and fall back."""
 
 from types import SimpleNamespace

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The assembly's engines share what they learn across goals (tiny model)."""
 
 import pytest

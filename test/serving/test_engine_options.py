@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Engine options: the start-up regime line, stored profiles, goals planning in prefill."""
 
 from types import SimpleNamespace

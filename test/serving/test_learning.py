@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Learning: answer lengths kept per schema or grammar, apart from free text's."""
 
 import json

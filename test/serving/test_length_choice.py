@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """When admission may skip the length predictor: no length could change the plan."""
 
 from dataclasses import replace

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The one decode loop applies every goal's token-boundary rules, alone or batched.
 
 The backend here is scripted (one word per step on a scripted clock), so deadlines

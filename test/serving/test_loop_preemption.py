@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Preemptive EDF through the Server on the local engines (tiny random-weight model).
 
 A long goal with slack decodes; urgent goals arrive behind it. A caller's feedback hook

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The vLLM replica client: request bodies, the online timing model, routing (pure parts).
 
 The streaming itself runs against a real `vllm serve` in test/ros/test_node_vllm.py and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The replica executor: its length basis (decided once per goal), results, refusals."""
 
 import pytest

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The resident engines: what each other engine holds of a prompt."""
 
 from timebill_ros.serving.resident import ResidentEngines

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The serving core without ROS: admission, schedulers, cancel, Skip-Next (tiny model)."""
 
 from dataclasses import replace

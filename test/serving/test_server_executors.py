@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One goal lifecycle on both executors: Skip-Next, Kill and close, the same assertions.
 
 The local engines run the tiny random-weight model; the replica pool streams from a real

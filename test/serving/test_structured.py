@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Structured answers in the serving core (tiny model): schema, closure, batch, sampling."""
 
 import json

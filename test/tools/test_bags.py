@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rosbag2 workloads through rosbags: round trips (sqlite3, MCAP) and clear errors for bad bags."""
 
 from pathlib import Path
@@ -161,9 +162,9 @@ def test_a_bag_of_the_earlier_instruction_reads_and_replays_as_todays(tmp_path):
     duration = get_typestore(Stores.ROS2_KILTED).types['builtin_interfaces/msg/Duration']
     bag = _bag_of_definition(tmp_path / 'old', EARLIER, dict(
         id='a', instruction='Say hello.', context='', budget=duration(sec=2, nanosec=500000000),
-        overrun_policy=1, mode=2, max_new_tokens=8, pessimistic_factor=1.5))
+        overrun_policy=2, mode=2, max_new_tokens=8, pessimistic_factor=1.5))
     back = bags.read_workload(bag)
-    assert back.items == [WorkloadItem('a', 'Say hello.', 2.5, 0.0, policy=1, mode=2,
+    assert back.items == [WorkloadItem('a', 'Say hello.', 2.5, 0.0, policy=2, mode=2,
                                        max_new_tokens=8, pessimistic_factor=1.5)]
     # Replay publishes the bytes as they are: re-encoded in today's definition.
     msg = deserialize_message(back.messages[0].raw, Instruction)

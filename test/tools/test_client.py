@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The blocking client tool: a result that overtakes its last feedback still streams all."""
 
 import threading

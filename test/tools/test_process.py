@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A node started by NodeProcess does not outlive the process that started it."""
 
 import os

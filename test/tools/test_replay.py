@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Replay a small bag against the node (separate process, tiny model); check every output."""
 
 import csv

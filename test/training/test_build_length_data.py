@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Length-label building on a few real prompts with the tiny random-weight model."""
 
 import json

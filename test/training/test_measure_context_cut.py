@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """measure_context_cut's summary: right answers kept per share, against the whole context."""
 
 from training import measure_context_cut as mcc

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """measure_cuts on the tiny model: it answers under each cut and writes a loadable table."""
 
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """measure_precision on the tiny model: the table the planner reads and the report."""
 
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """train_length end to end on a small synthetic task over real prompt ids."""
 
 import json

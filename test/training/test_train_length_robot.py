@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """train_length_robot end to end on synthetic features over the real workload ids."""
 
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """timebill_ask: send one instruction with a deadline, stream the answer, print the outcome."""
 
 from __future__ import annotations
@@ -6,10 +7,10 @@ import argparse
 import sys
 
 from timebill_ros.core.output import StopReason
-from timebill_ros.core.request import Mode, Outcome, OverrunPolicy
+from timebill_ros.core.request import Mode, Outcome, OverrunPolicy, POLICY_NODE_DEFAULT
 
 POLICIES = {'kill': int(OverrunPolicy.KILL), 'skip_next': int(OverrunPolicy.SKIP_NEXT),
-            'node_default': 2}
+            'node_default': POLICY_NODE_DEFAULT}
 MODES = {m.name.lower(): int(m) for m in Mode}
 STOP_REASONS = {int(r): r.name.lower() for r in StopReason}
 
@@ -20,8 +21,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('instruction', help='what to ask')
     parser.add_argument('--budget', type=float, required=True,
                         help='seconds allowed from goal acceptance')
-    parser.add_argument('--policy', choices=sorted(POLICIES), default='kill',
-                        help='overrun policy (default: kill)')
+    parser.add_argument('--policy', choices=sorted(POLICIES), default='node_default',
+                        help="overrun policy (default: node_default, the node's "
+                        'default_policy parameter)')
     parser.add_argument('--mode', choices=sorted(MODES), default='auto',
                         help='inference mode (default: auto)')
     parser.add_argument('--context-file', help='file whose text is sent as the context')

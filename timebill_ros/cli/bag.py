@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """timebill_bag: write request workloads as rosbag2 bags, replay them against the node, report.
 
   write   make a bag of Instructions (periodic, Poisson or burst arrivals)

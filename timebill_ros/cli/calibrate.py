@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """timebill_calibrate: profile prefill and decode-step times, fit the ETE, save the profile."""
 
 from __future__ import annotations

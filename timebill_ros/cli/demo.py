@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The main job: start the node with the embedded model and send goals with deadlines.
 
 Shows streamed tokens and outcomes for a generous budget, a budget too tight to

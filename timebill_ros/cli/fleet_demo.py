@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The fleet demo: a real `vllm serve` replica, the node in front of it, goals with deadlines.
 
 ``make fleet-demo`` (creates .venv-vllm first when missing). Starts one replica of the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """timebill_monitor: a terminal view of the node's deadlines for operators without rqt.
 
 Subscribes ``/diagnostics`` (the ``<node's full name>: deadlines`` status of the node
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 import sys
 import threading
 
-STATUS_SUFFIX = ': deadlines'
+DEADLINES = 'deadlines'  # the section whose level and message the monitor shows
 LEVELS = {0: ('OK', 'green'), 1: ('WARN', 'yellow'), 2: ('ERROR', 'red'), 3: ('STALE', 'grey50')}
 OUTCOMES = ('COMPLETED', 'KILLED', 'SKIPPED', 'REJECTED', 'CANCELED', 'FAILED')
 SHOWN = ('miss_rate', 'window_goals', 'accepted', 'rejected', 'met', 'missed', 'queue_length',
@@ -58,15 +59,24 @@ class MonitorState:
         self._lock = threading.Lock()
 
     def on_diagnostics(self, array) -> None:
-        """Take this node's status out of a DiagnosticArray (others are ignored)."""
-        wanted = '/' + self.node.strip('/') + STATUS_SUFFIX
+        """Take this node's statuses out of a DiagnosticArray (others are ignored).
+
+        The level and message are the deadlines status's; the values are every
+        section's (ros/diagnostics.py), an engine's under '<key> (<section>)'.
+        """
+        prefix = '/' + self.node.strip('/') + ': '
         for status in array.status:
-            if status.name == wanted:
-                with self._lock:
+            if not status.name.startswith(prefix):
+                continue
+            section = status.name[len(prefix):]
+            values = {(kv.key if not section.startswith('engine ') else
+                       f'{kv.key} ({section})'): kv.value for kv in status.values}
+            with self._lock:
+                self.values.update(values)
+                if section == DEADLINES:
                     self.level = int.from_bytes(status.level, 'little') \
                         if isinstance(status.level, bytes) else int(status.level)
                     self.message, self.hardware_id = status.message, status.hardware_id
-                    self.values = {kv.key: kv.value for kv in status.values}
 
     def on_telemetry(self, msg) -> None:
         """Record one finished goal."""

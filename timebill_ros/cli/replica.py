@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A `vllm serve` replica of the embedded model: start it, wait until healthy, stop it.
 
 The fleet demo (``timebill_ros.cli.fleet_demo``) and the vLLM benchmarks

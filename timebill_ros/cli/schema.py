@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """timebill_schema: write or check schema/timebill.schema.json and docs/parameters.md's table.
 
 Both come from the one parameter table (timebill_ros/core/config.py). ``--check`` exits 1

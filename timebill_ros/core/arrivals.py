@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Goals still to come: the recent arrivals a starting goal's plan leaves room for.
 
 Pure rules, no torch and no threads. The queue share (core/queue_plan.py) protects the

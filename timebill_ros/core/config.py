@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Node configuration: every parameter, its default, range and description, in one place."""
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ LIVE = frozenset({
     'predictor_share', 'min_cut_saving', 'auto_early_exit', 'deadline_closure', 'tpot_jitter',
     'idle_best_effort', 'min_switch_speedup', 'time_margin', 'context_reduction',
     'count_time_errors', 'length_hedge', 'fidelity_tolerance', 'llama_handover',
-    'feedback_period_s', 'preemption', 'queue_planning', 'arrival_window_s'})
+    'feedback_period_s', 'preemption', 'queue_planning', 'arrival_window_s',
+    'refused_goals'})
 
 _TABLE = (
     Param('model', 'embedded', "Model source: 'embedded' (SmolLM2-135M-Instruct from the "
@@ -64,7 +66,7 @@ _TABLE = (
     Param('max_new_tokens', 128, 'Default answer length cap when a goal says 0.', 1, 8192),
     Param('max_new_tokens_limit', 1024, 'Largest max_new_tokens a goal may ask for.', 1, 8192),
     Param('default_policy', 'kill', 'Overrun policy for goals whose overrun_policy is '
-          'POLICY_NODE_DEFAULT (2).', choices=tuple(POLICY_NAMES)),
+          'POLICY_NODE_DEFAULT (0: the field left unset).', choices=tuple(POLICY_NAMES)),
     Param('pessimistic_factor', 1.0, 'Default pessimistic factor k when a goal says 0.',
           1.0, 100.0),
     Param('max_budget_s', 600.0, 'Largest time budget a goal may carry (s).', 0.001, 86400.0),
@@ -104,6 +106,12 @@ _TABLE = (
     Param('qos_depth', 1000, 'History depth of the action services (goal, result, cancel), '
           'feedback and the instruction/response topics: requests in a burst beyond it are '
           'dropped by DDS. Clients should use the same depth (ros/qos.py).', 10, 100000),
+    Param('refused_goals', 'reject', "A goal the node refuses (it cannot meet its deadline, "
+          "or it is invalid): 'reject' answers its goal request with REJECTED, and the "
+          'reason goes to ~/responses and the log; \'accept_and_end\' accepts it and ends it '
+          'at once with outcome REJECTED and the reason in its result (status ABORTED), so '
+          'a standard action client (ros2 action send_goal, rclcpp) sees why.',
+          choices=('reject', 'accept_and_end')),
     Param('diagnostics_period_s', 1.0, 'Period of /diagnostics messages (s).', 0.05, 60.0),
     Param('feedback_period_s', 0.02, "Least time between two feedback messages of a goal "
           "(s): tokens in between go out together in the next one (text_delta holds their "

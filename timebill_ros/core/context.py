@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Context reduction: keep the parts of a goal's context most relevant to its question.
 
 When even the fastest option cannot prefill a goal's context by its deadline, the node

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The kinds of cut a goal may run under, one small object each.
 
 A cut knows its time estimate (prefill and decode steps, from the full-precision ETE

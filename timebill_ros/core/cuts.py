@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What a quality cut does to the answer: its length and its fidelity to the full model.
 
 Eviction, lower precision and early exit change the tokens a small model emits, not

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Deadline clock and the Kill / Skip-Next rules, on the monotonic clock."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Anytime early exit: when to commit an intermediate layer's token, and schedulability.
 
 Pure Python. A decode step runs the decoder layers in order; after each candidate

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Smallest KV-cache eviction ratio that meets the deadline (TimeBill alpha*).
 
 Setting WCET(alpha) <= T_left with M = N_W - 1 decode steps and solving the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One goal's token-boundary rules and results, for the one decode loop (serving/loop.py)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Feedback pacing: one goal's streamed tokens sent as at most one message a period.
 
 Each feedback message costs the node about 0.5 ms on a 2-core machine (the DDS write and

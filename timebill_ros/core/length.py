@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Response-length buckets, predictor metrics and the pessimistic factor from data."""
 
 from __future__ import annotations

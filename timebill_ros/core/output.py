@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What a goal asks of its answer: chat turns, stop strings, sampling, a schema or grammar.
 
 ``OutputSpec`` is validated once with the goal (``validate_output``); the engine-side

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The planner's settings, taken from the node's configuration.
 
 The defaults, ranges and meaning of each value live in core.config's parameter

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Inference plans and the planner interface the node calls before running a goal."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Per-layer mixed precision: each unit's step time and quality cost, and the knapsack DP.
 
 After ../shared/papers/002 (context-aware precision scheduling). The decode step is

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Preemptive EDF at token boundaries: which decoding goal pauses for an earlier deadline.
 
 Pure rules, no torch and no threads. The decode loop (serving/loop.py) asks ``to_pause``

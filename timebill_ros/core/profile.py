@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Execution-time profiles: fitted ETE coefficients plus how and where they were measured."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Queue and batch fit: when a newcomer would start, and whom accepting it would push late.
 
 Pure rules, no torch and no threads: admission (serving/admission.py) takes a snapshot of

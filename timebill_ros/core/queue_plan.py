@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Planning against the queue: how long a goal starting now may take, for those behind it.
 
 Pure rules, no torch and no threads. A goal planned for itself takes the most faithful

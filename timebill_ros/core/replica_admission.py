@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Admission of a goal served by replicas: which replica, what it expects, or why not.
 
 Pure rules (core): the pool is read by duck type (serving/replica_pool.py).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Requests, outcomes and goal validation, free of ROS and torch."""
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ class Outcome(enum.IntEnum):
 class OverrunPolicy(enum.IntEnum):
     """What happens when a goal overruns its deadline."""
 
-    KILL = 0
-    SKIP_NEXT = 1
+    KILL = 1
+    SKIP_NEXT = 2
 
 
-# Goal value asking for the node's default_policy parameter.
-POLICY_NODE_DEFAULT = 2
+# Goal value asking for the node's default_policy parameter: 0, the field left unset
+# (before 0.2.0 it was 2, and KILL was 0).
+POLICY_NODE_DEFAULT = 0
 
 
 class Mode(enum.IntEnum):
@@ -60,7 +62,7 @@ class GoalSpec:
     instruction: str
     context: str = ''
     budget_s: float = 0.0
-    overrun_policy: int = int(OverrunPolicy.KILL)
+    overrun_policy: int = POLICY_NODE_DEFAULT  # 0, as in an unset goal field
     mode: int = int(Mode.AUTO)
     max_new_tokens: int = 0
     pessimistic_factor: float = 0.0

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Which waiting goal gets the model next: FIFO, EDF, Smallest Volume First (SVF, 1-bit SVF).
 
 A scheduler is a bounded ordered container (not thread-safe by itself): ``push`` a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Deadline telemetry: counters, miss rate over a window, TPOT percentiles, level."""
 
 from __future__ import annotations

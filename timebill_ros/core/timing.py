@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Execution-time estimator (TimeBill ETE): fitted prefill and decode-step models, WCET.
 
 Prefill time is quadratic in the prompt length N_x (attention's QK^T), a decode

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Request workloads for replay: arrival-time patterns and workload items (no ROS, no torch).
 
 A workload is a list of ``WorkloadItem`` sorted by arrival offset. The fields
@@ -19,7 +20,7 @@ import numpy as np
 PATTERNS = ('periodic', 'poisson', 'burst')
 
 # Instruction goal values (Instruct.action); kept here so the core needs no ROS import.
-POLICIES = {'kill': 0, 'skip_next': 1, 'node_default': 2}
+POLICIES = {'node_default': 0, 'kill': 1, 'skip_next': 2}
 MODES = {'auto': 0, 'none': 1, 'eviction': 2, 'early_exit': 3}
 
 # builtin_interfaces/Duration.sec is an int32.

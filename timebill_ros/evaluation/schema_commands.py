@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Robot commands with JSON Schemas and reference values (the structured-output workload).
 
 Six families, generated from a seed so the set is the same on every machine: an action

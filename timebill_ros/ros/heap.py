@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Keep the collector's full passes short: what start-up loaded is frozen out of them.
 
 A full garbage collection scans every tracked object with the GIL held, so every thread

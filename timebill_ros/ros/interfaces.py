@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The node's ROS interfaces over the one Server: action, services, topics, diagnostics.
 
 A thin rclpy adapter over the ROS-free serving core (serving/server.py): it converts
@@ -26,7 +27,7 @@ from timebill_ros.core.feedback import FeedbackPacer
 from timebill_ros.core.request import Outcome, Rejection
 from timebill_ros.msg import DeadlineTelemetry, Instruction, Response
 from timebill_ros.ros import convert, parameters
-from timebill_ros.ros.diagnostics import build_array, build_status
+from timebill_ros.ros.diagnostics import build_array, build_statuses
 from timebill_ros.ros.heap import freeze_startup_heap
 from timebill_ros.ros.qos import action_server_qos, reliable
 from timebill_ros.runtime.model import on_own_thread
@@ -101,6 +102,9 @@ class Interfaces:
         self.hardware_id = config.hardware_id or f'{socket.gethostname()}/{loaded.device}'
         self._last_utilisation = float('nan')
         self._pacers = {}  # goal key -> its FeedbackPacer, until its result
+        # goal key -> the REJECTED result of a refused goal accepted to be ended at once
+        # (refused_goals: accept_and_end), until its execute callback delivers it.
+        self._refused = {}
         group = ReentrantCallbackGroup()
         self._action = UuidActionServer(
             node, Instruct, '~/instruct', execute_callback=self._execute,
@@ -176,15 +180,25 @@ class Interfaces:
             # Planned once here; its place in the queue is held until it is started.
             self.server.admit(convert.spec_from(goal, now_ns=self.now_ns()), key)
         except Rejection as exc:
-            self._reject(key, exc)
-            return GoalResponse.REJECT
+            return self._refuse_goal(key, exc)
         except Exception as exc:  # noqa: BLE001 - see _internal_error
-            self._reject(key, self._internal_error(key, exc))
+            return self._refuse_goal(key, self._internal_error(key, exc))
+        return GoalResponse.ACCEPT
+
+    def _refuse_goal(self, key: str, exc: Rejection) -> GoalResponse:
+        """Refuse an action goal: reject its request, or accept it to end it at once."""
+        self._reject(key, exc)
+        if self.config.refused_goals != 'accept_and_end':
             return GoalResponse.REJECT
+        self._refused[key] = JobResult(outcome=Outcome.REJECTED, deadline_met=False,
+                                       reason=exc.reason)
         return GoalResponse.ACCEPT
 
     def _on_accepted(self, goal_handle) -> None:
         key = bytes(goal_handle.goal_id.uuid).hex()
+        if key in self._refused:  # accepted only to end with its reason
+            goal_handle.execute()
+            return
 
         def publish(event, elapsed, remaining, plan):
             goal_handle.publish_feedback(convert.feedback_msg(event, elapsed, remaining, plan))
@@ -280,6 +294,10 @@ class Interfaces:
 
     def _deliver(self, goal_handle):
         key = bytes(goal_handle.goal_id.uuid).hex()
+        refused = self._refused.pop(key, None)
+        if refused is not None:
+            goal_handle.abort()
+            return convert.result_to_msg(refused)
         job = self.server.job(key)
         while not job.done.wait(RESULT_POLL_S):
             if not rclpy.ok():
@@ -321,14 +339,9 @@ class Interfaces:
                       # P99 TPOT / per-token deadline of the last goal that had one.
                       'utilisation_last': self._last_utilisation})
         extra['state'] = self.gate() or 'serving'
-        status = build_status(status_name(self.node), self.hardware_id, summary, extra,
-                              self.config.thresholds())
-        self._diagnostics.publish(build_array(status, self.stamp()))
-
-
-def status_name(node) -> str:
-    """Return the node's diagnostic status name: its full name, so namespaces differ."""
-    return f'{node.get_fully_qualified_name()}: deadlines'
+        statuses = build_statuses(self.node.get_fully_qualified_name(), self.hardware_id,
+                                  summary, extra, self.config.thresholds())
+        self._diagnostics.publish(build_array(statuses, self.stamp()))
 
 
 def build(node, config: NodeConfig, loader: Callable, gate=lambda: '') -> Interfaces:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The managed (lifecycle) timebill node: configure loads, activate serves, cleanup frees.
 
 ``python -m timebill_ros.ros.node --managed`` runs it; it serves through the same

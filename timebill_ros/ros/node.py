@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The timebill node: an Instruct action server answering before each goal's deadline.
 
 The plain node declares the parameters and serves through the interfaces of

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The node's parameters over ROS: declared from the one table, changed live or refused.
 
 Every entry of ``core.config.PARAMS`` is declared with a descriptor that carries its

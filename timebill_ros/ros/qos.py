@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """QoS for the action's services and the node's topics, sized for bursts of goals.
 
 rclpy's defaults keep the last 10 requests per service (KEEP_LAST, depth 10): a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Decode lanes: sequences that step together, one token each per step.
 
 A lane is what the serving loop (serving/loop.py) steps: it is fed each member's

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """How one goal picks its tokens: greedy or sampled, under its grammar, until a stop string.
 
 The decode loop asks a goal's ``TokenChooser`` for its next token from the logits its

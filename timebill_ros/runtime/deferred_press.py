@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A kvpress wrapper press whose inner press is chosen while prefill is running.
 
 kvpress compresses each layer's KV cache in a forward hook right after that

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Layer-by-layer decode steps that may commit an intermediate layer's token.
 
 For a Llama-style transformers model (SmolLM2): the decode step runs

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The local torch engine: prefill one prompt, decode lanes of sequences, pick tokens.
 
 The serving loop (serving/loop.py) is the only token loop; it drives this engine

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Trained exit heads: a linear map from layer l's hidden state to the final (normed) state.
 
 The logit lens (final norm + LM head on an intermediate state) agrees poorly with the

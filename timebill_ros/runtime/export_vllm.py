@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A copy of the node's dequantised model that `vllm serve` reads and decodes right.
 
 The embedded model is dequantised from a GGUF (runtime.model). Its tokenizer files come

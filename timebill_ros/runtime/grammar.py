@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Constrained decoding with llguidance: JSON Schema and GBNF goals, and their closure.
 
 A ``GrammarLibrary`` per tokenizer compiles a goal's JSON Schema or GBNF grammar into

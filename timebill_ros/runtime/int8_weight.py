@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Weight-only int8 linear layers: int8 weights, float32 activations.
 
 The weights are rounded once, symmetrically per output channel (the largest |w| of a row

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Separate-backbone length predictor: all-MiniLM-L6-v2 with its top layers fine-tuned.
 
 TimeBill fine-tunes a small LM with a bucket-classification head on the target

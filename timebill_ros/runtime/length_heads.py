@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Light length-predictor heads trained on fixed features (torch, full-batch L-BFGS)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """llama.cpp as a resident engine: GGUF variants of the model behind the backend interface.
 
 The node's own model is the embedded GGUF dequantised for torch; llama.cpp runs the

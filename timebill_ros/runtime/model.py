@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Load the target model: the embedded SmolLM2 (cached), a tiny test model or an HF dir."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Per-layer mixed precision at run time: a model shell whose layers point at either copy.
 
 The float32 model and its int8 copy stay resident; a ``MixedModel`` is a shallow shell

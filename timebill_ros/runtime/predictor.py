@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Response-length predictors for the planner.
 
 Two kinds, both written by ``training.train_length``: a linear head

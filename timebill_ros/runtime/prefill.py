@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Prefill a prompt a chunk at a time, so the loop can stop it or step other goals between.
 
 A backend's ``begin_prefill`` returns a run: ``advance()`` prefills the next chunk,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A prefix KV cache across goals: blocks of prompt tokens whose keys and values are kept.
 
 Robots send the same system prompt, scene, map or log context with a new question each

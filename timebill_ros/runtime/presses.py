@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """KV-cache eviction with NVIDIA kvpress: a press per goal, applied around prefill only."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Calibrate the execution-time estimator on the actual model, device and dtype."""
 
 from __future__ import annotations

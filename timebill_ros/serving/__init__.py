@@ -1,1 +1,2 @@
+# SPDX-License-Identifier: Apache-2.0
 """ROS-free serving core: admission, scheduling, the worker, Skip-Next and ETE learning."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Admission: validate a goal, predict its length and plan it once, for the time it will have.
 
 A goal is planned once, against the time left after the work expected ahead of it

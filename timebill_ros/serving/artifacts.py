@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Files the serving parts are built from, each checked against the loaded model.
 
 Every artifact (profile, length head, exit heads, cut effects, per-layer KL table, the

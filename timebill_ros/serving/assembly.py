@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Assemble what serves goals: model variants, predictor, cut effects, profiles, the pipeline.
 
 ``Assembly`` holds what lives as long as the model (variants, predictor, exit heads)

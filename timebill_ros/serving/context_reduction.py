@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Context reduction: plan a MODE_AUTO goal on less of its context, when that serves it.
 
 ROS-free. When the whole context does not fit the deadline, or fits only on an unsure

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Dispatch: the local engines' queue under its scheduler, the worker thread, the expiry watch.
 
 One worker thread owns the model: it takes the next goal and runs it in the decode

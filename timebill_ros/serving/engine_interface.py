@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The interface the decode loop drives a local model through: the loop engine of an option.
 
 ``runtime.engine.Engine`` is the local torch engine and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Other resident engines as planning options: llama.cpp variants of the model, profiled.
 
 Each option (``llama_engines``: a GGUF weight format) is a LlamaEngine with its own

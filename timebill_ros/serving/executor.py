@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The executor interface: where a goal's tokens come from, behind the one Server.
 
 ROS-free. The Server (serving/server.py) owns every goal's lifecycle: validation, the

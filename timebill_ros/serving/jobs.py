@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One admitted goal and the hooks its caller (an action goal, a topic) gives the server."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Learning from finished goals: online ETE refits, the ETE's error, and deadline telemetry."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Which answer length a local goal is planned on, chosen once at admission.
 
 ROS-free. In order: the caller's own expected length; the spread of earlier answers to

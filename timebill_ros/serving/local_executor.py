@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The local engines executor: one loaded model, its engine options, dispatch and the loop.
 
 ROS-free. Behind the one Server (serving/server.py): admission (serving/admission.py)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The one decode loop: every goal, alone or batched, at any precision, runs here.
 
 A goal alone is a batch of one. Each round takes waiting goals in at a token

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The decode loop's members: a goal taking tokens, and a goal still prefilling.
 
 ROS-free. A ``Member`` streams each token through its goal's run (core.execution.JobRun:

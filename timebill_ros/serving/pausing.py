@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Goals paused between two tokens for earlier deadlines (preemptive EDF in the loop).
 
 ROS-free. The decode loop (serving/loop.py) hands a goal here with its lane's cache and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What a plan's note says of its goal, and the ETE a goal is planned with.
 
 ROS-free helpers of admission and its re-plans: every plan of a goal says where its

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Planning against the queue, as a goal starts: the share of its time the queue leaves it.
 
 ROS-free. The rule is core/queue_plan.py (the goals waiting that can meet keep their

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Remote engines: `vllm serve` replicas over the OpenAI-compatible API, bound by deadlines.
 
 ROS-free. A replica streams a chat completion as Server-Sent Events; this module sends

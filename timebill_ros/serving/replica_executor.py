@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The replica pool executor: goals streamed from `vllm serve` replicas, behind the Server.
 
 ROS-free. Admission counts a goal's prompt tokens with the local tokenizer, chooses

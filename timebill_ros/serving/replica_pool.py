@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The replica pool: each `vllm serve` replica's timing, its goals in flight, and routing.
 
 ROS-free. Each replica has a timing model fitted online from what its streams showed:

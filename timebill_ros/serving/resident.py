@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The node's resident engines behind one backend: the main engine and others by option.
 
 The planner may run a whole goal on another resident engine (a GGUF model on

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The one server: every goal's lifecycle, whatever executor runs it.
 
 ROS-free: the node (ros/interfaces.py) turns messages into ``admit``/``start``/``submit``

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rosbag2 files of Instructions, Responses and telemetry, through the pure-Python rosbags.
 
 No rclpy here: the message types come from the package's own ``.msg`` files

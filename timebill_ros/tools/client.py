@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A blocking Instruct client for tools and tests: send a goal, stream, wait for the end."""
 
 from __future__ import annotations
@@ -65,13 +66,17 @@ def stop_reason_name(stop_reason: int) -> str:
 
 
 def make_goal(instruction: str, budget_s: float, context: str = '', policy: int = 0,
-              mode: int = 1, max_new_tokens: int = 0,
+              mode: int = 0, max_new_tokens: int = 0,
               pessimistic_factor: float = 0.0, eviction_ratio: float = 0.0,
               expected_tokens: int = 0, precision: str = '', system_prompt: str = '',
               history=(), stop=(), temperature: float = 0.0, top_p: float = 0.0,
               seed: int = 0, json_schema: str = '', grammar: str = '',
               deadline_ns: int = 0) -> Instruct.Goal:
     """Build an Instruct goal from plain values (``history``: (role, content) pairs).
+
+    Every default is the goal message's own: ``policy`` 0 (POLICY_NODE_DEFAULT) is the
+    node's ``default_policy``, ``mode`` 0 is MODE_AUTO (before 0.2.0 this helper sent
+    MODE_NONE, the full model only, unless told otherwise).
 
     ``deadline_ns``: an absolute deadline on the node's clock (ROS time, ns; 0 = none).
     """

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Start a timebill node as a separate process, as users run it, and wait until it serves."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Replay a bag of Instructions against a running timebill node and record what comes back.
 
 Like ``ros2 bag play``, the Instructions are published (as the CDR bytes stored

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Profile a node process with yappi between two signals: a lab hook, never installed.
 
 Put this folder first on PYTHONPATH and set TIMEBILL_YAPPI_OUT=<file stem> in the node's

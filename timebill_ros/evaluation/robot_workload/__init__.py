@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Generate, load and score the robot workload: short requests a robot or vehicle stack sends.
 
 The workload imitates what an Autoware-style stack asks the embedded model before a

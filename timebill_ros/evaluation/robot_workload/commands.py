@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """JSON items (kind ``json``): structured commands from a natural-language order."""
 
 import json

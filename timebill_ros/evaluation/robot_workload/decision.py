@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Decision items: one-word answers (STOP or GO, YES or NO, LEFT, RIGHT or STOP, ...)."""
 
 from .drafts import collect, Draft, fmt, ROBOTS, STOPS

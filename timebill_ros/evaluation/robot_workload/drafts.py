@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the generators of the robot workload share: the draft of an item and helpers.
 
 Each generator module (one per kind of item) returns a list of ``Draft``: the template

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Free-text items: checklists, passenger announcements and explanations."""
 
 from .drafts import collect, Draft, STOPS

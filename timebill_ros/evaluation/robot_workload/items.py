@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The robot workload's item, its kinds and splits, and the committed file."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Number items: arithmetic on robot quantities and counting, answered with a number."""
 
 from .drafts import cap, collect, Draft, fmt, number_only, ROBOTS, STOPS

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Route items: route descriptions (3 to 150 segments) with counting and look-up questions.
 
 The long-route task (``evaluation.tasks``) draws its routes and questions here too.

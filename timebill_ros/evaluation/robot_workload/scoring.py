@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Score an answer to a robot workload item against its reference.
 
 ``score`` checks items that have a reference (``match``: exact, number, json, choice)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Status items: ROS log excerpts to summarise or to name the node that logs an ERROR.
 
 Logs of 10 to 150 lines; a summary item asks for one sentence of free text, an error

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Unit items: conversions (km/h, m/s, mph, degrees, radians, metres, feet)."""
 
 import math
