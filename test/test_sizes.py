@@ -21,7 +21,9 @@ def oversized(path: Path, limit_module: bool, root: Path = PACKAGE.parent) -> li
     text = path.read_text(encoding='utf-8')
     name = path.relative_to(root)
     found = []
-    lines = len(text.splitlines())
+    # The SPDX licence line is not the module's own code.
+    lines = len([line for line in text.splitlines()
+                 if not line.startswith('# SPDX-License-Identifier:')])
     if limit_module and lines > MODULE_LINES:
         found.append(f'{name}: module {lines} lines (limit {MODULE_LINES})')
     for node in ast.walk(ast.parse(text)):

@@ -74,7 +74,8 @@ def test_make_workload_cycles_instructions_and_budgets():
     assert [i.instruction for i in items] == ['a', 'b', 'a']
     assert [i.budget_s for i in items] == [1.0, 2.0, 1.0]
     assert [i.arrival_s for i in items] == [0.0, 0.5, 1.0]
-    assert all(i.mode == 1 and i.policy == 1 and i.max_new_tokens == 8 for i in items)
+    assert all(i.mode == 1 and i.policy == POLICIES['skip_next'] == 2 and i.max_new_tokens == 8
+               for i in items)
     # A single string and a single budget are not cycled character by character.
     one = make_workload([0.0, 1.0], 3.0, 'hello')
     assert [i.instruction for i in one] == ['hello', 'hello'] and one[1].budget_s == 3.0

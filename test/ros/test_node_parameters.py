@@ -214,13 +214,13 @@ def test_a_goal_with_default_fields_follows_default_policy(graph, client):
         assert set_parameter(helper, 'default_policy', 'kill').successful
 
 
-def plain_result(goal: Instruct.Goal):
+def plain_result(goal: Instruct.Goal, action_name: str):
     """Send ``goal`` with a plain rclpy ActionClient; return (accepted, status, result)."""
     import rclpy
     from rclpy.action import ActionClient
     helper = rclpy.create_node('test_plain_action_client')
     try:
-        action = ActionClient(helper, Instruct, '/robot1/timebill/instruct')
+        action = ActionClient(helper, Instruct, action_name)
         assert action.wait_for_server(timeout_sec=10)
         sent = action.send_goal_async(goal)
         rclpy.spin_until_future_complete(helper, sent, timeout_sec=30)
@@ -234,24 +234,45 @@ def plain_result(goal: Instruct.Goal):
         helper.destroy_node()
 
 
-def test_accept_and_end_gives_a_plain_action_client_the_reason(graph):
-    helper, _ = graph
-    hopeless = make_goal('Write a long story about a robot.', 0.001, max_new_tokens=1000,
+@pytest.fixture(scope='module')
+def timed_node(rclpy_context, tmp_path_factory, synthetic_profile):
+    """Yield a node whose planner knows its times (10 ms prefill, 100 ms a step).
+
+    Started with ``refused_goals: accept_and_end``. Without a profile the nodes above
+    cannot tell a goal that misses from one that fits.
+    """
+    path = tmp_path_factory.mktemp('profile') / 'tiny.yaml'
+    synthetic_profile(step_s=0.1).save(path)
+    proc = NodeProcess({**PARAMS, 'profile': str(path), 'refused_goals': 'accept_and_end'},
+                       namespace='/robot3')
+    yield proc
+    proc.stop()
+
+
+def test_accept_and_end_gives_a_plain_action_client_the_reason(timed_node):
+    action = '/robot3/timebill/instruct'
+    # Not even a first token (10 ms prefill + a 100-ms step by the profile) fits 20 ms, so
+    # even an idle node (idle_best_effort) does not try it.
+    hopeless = make_goal('Write a long story about a robot.', 0.02, max_new_tokens=100,
                          policy=Instruct.Goal.KILL)
-    accepted, _, _ = plain_result(hopeless)
-    assert not accepted  # refused_goals: reject (the default) says no and nothing more
-    try:
-        assert set_parameter(helper, 'refused_goals', 'accept_and_end').successful
-        accepted, status, result = plain_result(hopeless)
-        assert accepted and status == GoalStatus.STATUS_ABORTED
-        assert result.outcome == Outcome.REJECTED and not result.deadline_met
-        assert 'deadline' in result.reason, result.reason
-        # An invalid goal too: its reason reaches the client.
-        accepted, status, result = plain_result(make_goal('', 5.0))
-        assert accepted and result.outcome == Outcome.REJECTED
-        assert 'instruction' in result.reason, result.reason
-    finally:
-        assert set_parameter(helper, 'refused_goals', 'reject').successful
+    accepted, status, result = plain_result(hopeless, action)
+    assert accepted and status == GoalStatus.STATUS_ABORTED
+    assert result.outcome == Outcome.REJECTED and not result.deadline_met
+    assert 'deadline' in result.reason, result.reason
+    # An invalid goal too: its reason reaches the client.
+    accepted, status, result = plain_result(make_goal('', 5.0), action)
+    assert accepted and result.outcome == Outcome.REJECTED
+    assert 'instruction' in result.reason, result.reason
+    # A goal that fits is served as ever.
+    accepted, status, result = plain_result(make_goal('Say hi.', 5.0, max_new_tokens=2),
+                                            action)
+    assert accepted and result.outcome == Outcome.COMPLETED and result.deadline_met
+
+
+def test_reject_answers_the_goal_request_with_no(graph):
+    # The shipped refused_goals: reject. The reason goes to ~/responses and the log only.
+    accepted, _, _ = plain_result(make_goal('', 5.0), '/robot1/timebill/instruct')
+    assert not accepted
 
 
 def test_the_readme_namespace_example_runs_as_shown(node):
