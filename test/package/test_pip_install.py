@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_wheel_holds_the_ros_layer_the_tools_and_their_console_scripts(tmp_path):
     source = tmp_path / 'src'
     source.mkdir()
-    for name in ('setup.py', 'setup.cfg'):
+    for name in ('setup.py', 'setup.cfg', 'package.xml'):  # the version is package.xml's
         shutil.copy(ROOT / name, source / name)
     shutil.copytree(ROOT / 'timebill_ros', source / 'timebill_ros',
                     ignore=shutil.ignore_patterns('__pycache__'))
