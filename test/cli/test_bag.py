@@ -38,7 +38,8 @@ def test_write_then_show(capsys, tmp_path, storage):
     assert [i.arrival_s for i in items] == [0.0, 0.0, 1.5, 1.5, 3.0]
     assert [i.instruction for i in items] == ['one', 'two', 'one', 'two', 'one']
     assert [i.budget_s for i in items] == [1.0, 4.0, 1.0, 4.0, 1.0]
-    assert {(i.mode, i.policy, i.max_new_tokens) for i in items} == {(1, 2, 16)}  # MODE_NONE, SKIP_NEXT
+    # MODE_NONE (1), SKIP_NEXT (2), 16 tokens.
+    assert {(i.mode, i.policy, i.max_new_tokens) for i in items} == {(1, 2, 16)}
     assert {(i.eviction_ratio, i.precision) for i in items} == {(0.0, '')}
     code, out, _ = run(capsys, 'show', str(tmp_path / 'w'))
     assert code == 0 and out.count('req-') == 5 and 'precision' not in out

@@ -237,7 +237,7 @@ def closes_in_time(request: Request, settings: PlannerSettings, fits: int) -> bo
     return request.output.constrained and settings.deadline_closure and fits >= 1
 
 
-def choose(options: list, settings: PlannerSettings) -> Option:
+def choose(options: list, settings: PlannerSettings, cheapest: bool = False) -> Option:
     """Return the most faithful option among those about as likely to fit as the surest.
 
     P(fit) (hedged: ``length_hedge``) counts only up to ``choice_quantile`` (at least
@@ -247,9 +247,10 @@ def choose(options: list, settings: PlannerSettings) -> Option:
     ``fidelity_tolerance`` of the best count as equal: among those the surest fit
     (uncapped) runs, then the most faithful (the least lossy, listed first, wins ties),
     so a measured fidelity gap of a point or two does not buy a slower engine's risk.
-    When that is the whole model on some engine, the engine among those equally sure that
-    holds the machine least (its worst-case time) runs instead: the same answer within
-    the tolerance leaves the goals around it their time (float32 on torch held a burst's
+    With ``cheapest`` (MODE_AUTO), when that is the whole model on one engine, another
+    engine equally sure and as faithful runs instead if it holds the machine
+    ``min_switch_speedup`` times less (its worst-case time): the same answer within the
+    tolerance then leaves the goals around it their time (float32 on torch held a burst's
     first 10-s goal for 3 s where llama.cpp-f16, fidelity 0.98, needs 0.2 s). When no
     option reaches ``admit_probability`` the one fitting the largest share of its planned
     length is returned (the caller rejects or runs it best-effort).
@@ -264,20 +265,22 @@ def choose(options: list, settings: PlannerSettings) -> Option:
     best = max(o.quality for o in sure)
     faithful = [o for o in sure if o.quality >= best - settings.fidelity_tolerance - 1e-9]
     chosen = max(faithful, key=lambda o: (round(o.surety, 6), o.quality))
-    if not whole_model(chosen):
+    if not cheapest or not whole_model(chosen):
         return chosen
-    engines = [o for o in faithful
-               if whole_model(o) and round(o.surety, 6) == round(chosen.surety, 6)]
-    return min(engines, key=lambda o: (round(o.wcet, 3), -o.quality))
+    faster = [o for o in faithful if whole_model(o)
+              and round(o.surety, 6) == round(chosen.surety, 6)
+              and o.wcet * settings.min_switch_speedup <= chosen.wcet]
+    return min(faster, key=lambda o: (round(o.wcet, 3), -o.quality)) if faster else chosen
 
 
 def whole_model(option: Option) -> bool:
     """Tell whether an option runs the whole answer on one engine, uncut.
 
-    No eviction, no early exit, no planned switch of engines mid-answer.
+    No eviction, no early exit, no planned switch mid-answer, no per-layer mix.
     """
     cut = option.cut
-    return cut.alpha == 0.0 and cut.mode != Mode.EARLY_EXIT and not cut.switch_to
+    return cut.alpha == 0.0 and cut.mode != Mode.EARLY_EXIT and not cut.switch_to \
+        and cut.precision != MIXED
 
 
 def explain(ctx: CutContext, settings: PlannerSettings, note: str, chosen: Option,
@@ -590,7 +593,7 @@ class TimeBillPlanner:
         cuts, note = self._candidates(request, goal)
         options = self._options(goal, cuts, solve=request.eviction_ratio == 0.0,
                                 switch=not request.precision)
-        chosen = choose(options, settings)
+        chosen = choose(options, settings, cheapest=request.mode == Mode.AUTO)
         note, worst = explain(self.context, settings, note, chosen, options), chosen.worst
         # The per-token deadline first: it may switch AUTO to early exit, and the
         # estimate below must be the one of the mode that runs.
