@@ -180,8 +180,9 @@ _TABLE = (
           'surely enough (fit_tolerance): fidelities within this of the most faithful '
           'count as equal, and among those the surest fit runs (the '
           'llama.cpp F16 copy, fidelity 0.98 to float32, over float32 on torch when it fits '
-          'more surely); among whole-model options equally sure, the one holding the machine '
-          'least (the goals around it keep their time). 0: the most faithful always wins.',
+          'more surely); under MODE_AUTO an engine equally sure and that faithful replaces '
+          'the full model when it holds the machine min_switch_speedup times less (the goals '
+          'around it keep their time). 0: the most faithful always wins.',
           0.0, 1.0),
     Param('length_hedge', 0.2, "MODE_AUTO's P(answer fits) reads this share from the "
           "answer lengths seen with no prediction (the length predictor's calibration over "
