@@ -62,3 +62,11 @@ def test_a_steady_stream_binds_a_slow_goal_and_a_light_one_does_not():
     light = stream(0.5, 10.0, 1.0, 0.15)
     budget = queue_budget(10.0, 11.0, 0.15, light.expected(10.0, 11.0, 512))
     assert not budget.binds(11.0)
+
+
+def test_a_client_that_waits_for_each_answer_expects_no_one():
+    # One goal a second, each finding the node idle: never two at once, none expected.
+    serial = RecentArrivals(5.0)
+    for k in range(5):
+        serial.add(Arrival(float(k), 1.0, 0.5, contended=False))
+    assert serial.rate(5.0) == 0.0 and serial.expected(5.0, 35.0, 512) == []

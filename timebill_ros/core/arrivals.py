@@ -6,9 +6,11 @@ goals already waiting; under a steady stream (a perception node asking several t
 second, a burst still arriving) the goals that arrive while a slow, faithful answer runs
 miss theirs just the same. So the last ``window_s`` of arrivals stand for the next ones:
 at the rate they came, each with a deadline and a fastest-option time drawn in turn from
-the recent ones. With few recent arrivals the goals expected are far apart and bind no
-plan (an idle node plans as before); with many they take the slack, and a starting goal
-runs on a faster option.
+the recent ones. Only arrivals that found the node busy count (``contended``): a client
+that waits for each answer before it asks again never competes with its own next goal,
+and must not be planned as if it did. With few such arrivals the goals expected are far
+apart and bind no plan (an idle node plans as before); with many they take the slack,
+and a starting goal runs on a faster option.
 """
 
 from __future__ import annotations
@@ -25,11 +27,15 @@ MIN_SPAN_S = 1.0
 
 @dataclass(frozen=True)
 class Arrival:
-    """One accepted goal: when it arrived, its budget and its fastest-option time."""
+    """One accepted goal: when it arrived, its budget and its fastest-option time.
+
+    ``contended``: another goal was running or waiting when it arrived.
+    """
 
     at: float
     budget_s: float
     fastest_s: float
+    contended: bool = True
 
 
 class RecentArrivals:
@@ -52,8 +58,9 @@ class RecentArrivals:
             self._seen.popleft()
 
     def recent(self, now: float) -> list:
-        """Return the arrivals within the window before ``now`` (oldest first)."""
-        return [arrival for arrival in list(self._seen) if arrival.at >= now - self.window_s]
+        """Return the contended arrivals within the window before ``now`` (oldest first)."""
+        return [arrival for arrival in list(self._seen)
+                if arrival.at >= now - self.window_s and arrival.contended]
 
     def rate(self, now: float) -> float:
         """Return goals per second over the window (or since its first arrival, >= 1 s)."""

@@ -37,7 +37,10 @@ class QueueShare:
         if not self.admission.config.queue_planning or pipeline.online is None:
             return
         fastest_s = self.admission.queue_fit(pipeline).fastest_s(job)
-        self.arrivals.add(Arrival(job.clock.now(), job.request.budget_s, fastest_s))
+        dispatch = self.admission.server.dispatch
+        # The server's lock is the dispatch queue's (held here): read, do not take it.
+        contended = bool(dispatch.running) or len(dispatch.queue) > 0
+        self.arrivals.add(Arrival(job.clock.now(), job.request.budget_s, fastest_s, contended))
 
     def plan_for(self, pipeline, job: Job, timing, predicted, seconds: float,
                  request=None) -> Plan | None:
