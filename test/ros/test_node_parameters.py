@@ -238,22 +238,23 @@ def plain_result(goal: Instruct.Goal, action_name: str):
 def timed_node(rclpy_context, tmp_path_factory, synthetic_profile):
     """Yield a node whose planner knows its times (10 ms prefill, 100 ms a step).
 
-    Started with ``refused_goals: accept_and_end``. Without a profile the nodes above
-    cannot tell a goal that misses from one that fits.
+    Started with ``refused_goals: accept_and_end`` and without ``idle_best_effort`` (an
+    idle node would try a hopeless Kill goal). Without a profile the nodes above cannot
+    tell a goal that misses from one that fits.
     """
     path = tmp_path_factory.mktemp('profile') / 'tiny.yaml'
     synthetic_profile(step_s=0.1).save(path)
-    proc = NodeProcess({**PARAMS, 'profile': str(path), 'refused_goals': 'accept_and_end'},
-                       namespace='/robot3')
+    proc = NodeProcess({**PARAMS, 'profile': str(path), 'refused_goals': 'accept_and_end',
+                        'idle_best_effort': False}, namespace='/robot3')
     yield proc
     proc.stop()
 
 
 def test_accept_and_end_gives_a_plain_action_client_the_reason(timed_node):
     action = '/robot3/timebill/instruct'
-    # Not even a first token (10 ms prefill + a 100-ms step by the profile) fits 20 ms, so
-    # even an idle node (idle_best_effort) does not try it.
-    hopeless = make_goal('Write a long story about a robot.', 0.02, max_new_tokens=100,
+    # 1000 tokens (max-new-tokens predicts the cap) cannot fit 50 ms: not at the profile's
+    # 100 ms a step, nor at the tiny model's ~1 ms once the ETE refits to it.
+    hopeless = make_goal('Write a long story about a robot.', 0.05, max_new_tokens=1000,
                          policy=Instruct.Goal.KILL)
     accepted, status, result = plain_result(hopeless, action)
     assert accepted and status == GoalStatus.STATUS_ABORTED
