@@ -267,7 +267,9 @@ def choose(options: list, settings: PlannerSettings, cheapest: bool = False) -> 
     chosen = max(faithful, key=lambda o: (round(o.surety, 6), o.quality))
     if not cheapest or not whole_model(chosen):
         return chosen
-    faster = [o for o in faithful if whole_model(o)
+    # Other engines only (llama.cpp copies): a resident torch precision's fidelity is
+    # assumed, not measured, on a model without a cut-effects table.
+    faster = [o for o in faithful if isinstance(o.cut, OtherEngine) and whole_model(o)
               and round(o.surety, 6) == round(chosen.surety, 6)
               and o.wcet * settings.min_switch_speedup <= chosen.wcet]
     return min(faster, key=lambda o: (round(o.wcet, 3), -o.quality)) if faster else chosen
