@@ -64,7 +64,10 @@ class RecentArrivals:
 
     def rate(self, now: float) -> float:
         """Return goals per second over the window (or since its first arrival, >= 1 s)."""
-        recent = self.recent(now)
+        return self._rate(self.recent(now), now)
+
+    def _rate(self, recent: list, now: float) -> float:
+        """Return the rate of ``recent`` (this window's contended arrivals) at ``now``."""
         if not recent:
             return 0.0
         return len(recent) / min(self.window_s, max(MIN_SPAN_S, now - recent[0].at))
@@ -75,7 +78,8 @@ class RecentArrivals:
         At the recent rate, the k-th arriving at now + k / rate, with the deadline and
         fastest time of the k-th recent arrival (cycled); at most ``limit``.
         """
-        recent, rate = self.recent(now), self.rate(now)
+        recent = self.recent(now)
+        rate = self._rate(recent, now)
         if not recent or rate <= 0.0 or limit <= 0:
             return []
         count = min(limit, int((until - now) * rate))
