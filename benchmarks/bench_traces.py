@@ -117,7 +117,12 @@ def node_rows(client, goals: list, items: list, precision: str) -> list:
                                  outcome == 'COMPLETED'),
                      'text': result.text if result is not None else '',
                      'late_s': result.e2e_s - budget if outcome == 'KILLED' else None,
-                     'option': result.plan.precision if result is not None else ''})
+                     'option': result.plan.precision if result is not None else '',
+                     # Why it ended as it did: the node's reason and the plan's note.
+                     'reason': result.reason if result is not None else run.reject_reason,
+                     'note': result.plan.note if result is not None else '',
+                     'tokens': result.tokens if result is not None else 0,
+                     'e2e_s': result.e2e_s if result is not None else None})
     return rows
 
 
@@ -223,6 +228,7 @@ def run_node(report: dict, traces: dict, items: list, args, log) -> None:
         rclpy.try_shutdown()
         node.stop()
     report['node_log_tail'] = ''.join(node.lines[-50:])
+    report['node_log'] = ''.join(node.lines)  # written beside bench.json as node.log
 
 
 def main(argv=None) -> int:
@@ -292,6 +298,7 @@ def main(argv=None) -> int:
     for trace in args.traces:  # the peer's column last
         for load in args.loads:
             report['cells'][trace][load][PEER] = report['cells'][trace][load].pop('_peer')
+    (out / 'node.log').write_text(report.pop('node_log', ''), encoding='utf-8')
     harness.write_outputs(out, report, markdown, lambda report, out: None)
     print(markdown(report))
     return 0

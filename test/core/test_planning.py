@@ -20,7 +20,7 @@ SETTINGS = replace(PlannerSettings.from_config(NodeConfig()), time_margin=0.0,
                    min_cut_saving=0.0, min_switch_speedup=1.0, auto_early_exit=True,
                    admit_probability=0.02)
 RESOURCES = ('early_exit', 'precisions', 'effects', 'mix', 'engines', 'press_s_per_token',
-             'time_errors')
+             'time_errors', 'provisional_base')
 
 
 def make_planner(timing, predictor, **kwargs):
@@ -514,6 +514,25 @@ def test_a_goal_may_pin_the_engine_in_none_and_auto_mode():
         plan = planner.plan(replace(req(mode), precision=ENGINE), 40, 0.5)
         assert plan.precision == ENGINE and plan.mode == mode
         assert plan.est_wcet_s == pytest.approx(LLAMA.wcet(40, 0.0, 60))
+
+
+def test_with_a_stand_in_for_the_model_only_the_profiled_engines_plan_goals():
+    # The node's first minutes: the engine is profiled, the model itself not yet (its
+    # times a probe-scaled stand-in). Where the model would run the goal (roomy) or cut
+    # it (eviction), the engine runs it; a goal that needs the model itself is refused.
+    planner = engine_planner(provisional_base="llama.cpp-f16's profile x8.0 a step")
+    full = MODEL.wcet(40, 0.0, 60)
+    roomy = planner.plan(req(Mode.AUTO), 40, full * 1.5)
+    assert roomy.precision == ENGINE and roomy.feasible
+    assert 'not yet profiled here' in roomy.note and 'x8.0 a step' in roomy.note
+    assert engine_planner().plan(req(Mode.AUTO), 40, full * 1.5).precision == ''
+    for mode in (Mode.NONE, Mode.EVICTION):
+        with pytest.raises(Rejection, match='not yet profiled on this machine'):
+            planner.plan(req(mode), 40, full * 1.5)
+    pinned = planner.plan(replace(req(Mode.NONE), precision=ENGINE), 40, full * 1.5)
+    assert pinned.precision == ENGINE
+    with pytest.raises(Rejection, match='cannot meet the deadline'):  # as without
+        planner.plan(req(Mode.AUTO), 40, LLAMA.wcet(40, 0.0, 60) * 0.2)
 
 
 def test_a_schema_goal_that_may_not_fit_runs_to_its_deadline_to_be_closed_there():

@@ -29,6 +29,30 @@ def node(rclpy_context, tmp_path_factory):
 client = client_fixture('/robot', 'robot_test_client')
 
 
+def test_a_cold_start_serves_on_the_fastest_engine_and_profiles_the_rest_while_idle(
+        node, client):
+    # The fixture's profile folder is empty, as on a first start: the node calibrated the
+    # fastest option that serves alone (a llama.cpp engine on this model) and serves on
+    # it; the model itself and the other options are profiled between goals.
+    node.wait_for_line('serving now; profiling while idle:', 5)
+    run = client.ask(make_goal('Answer with one word, STOP or GO: the lane ahead is clear.',
+                               10.0, mode=G.MODE_AUTO), 60)
+    assert run.accepted, run.reject_reason
+    res = run.result
+    assert res.plan.precision.startswith('llama.cpp-'), (res.plan.precision, res.plan.note)
+    assert 'not yet profiled here' in res.plan.note
+    assert res.outcome == R.COMPLETED and res.deadline_met, res.reason
+    none = client.ask(make_goal('Say GO.', 30.0, mode=G.MODE_NONE), 60)
+    if not none.accepted:  # the model itself had no profile yet: refused with the reason
+        assert 'not yet profiled on this machine' in none.reject_reason
+    node.wait_for_line('every option has a profile of this machine now', 600)
+    for option in ('float32', 'int8-dynamic', 'int8-weight', 'llama.cpp-f16',
+                   'llama.cpp-q4_1'):
+        assert any(f'profiled {option} in ' in line for line in node.lines), option
+    run = client.ask(make_goal('Say GO.', 30.0, mode=G.MODE_NONE), 60)
+    assert run.accepted and run.result.outcome == R.COMPLETED, run.reject_reason
+
+
 def test_one_word_decision_with_3_s_is_accepted_and_completes(client):
     # The issue's regression: with the max-new-tokens stand-in this goal was planned for
     # 128 answer tokens (~8 s) and refused; the shipped head predicts a short answer.

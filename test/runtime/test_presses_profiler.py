@@ -87,6 +87,31 @@ def test_calibration_round_trip(tiny, tmp_path):
         Profile.load(tmp_path / 'bad.yaml')
 
 
+def test_a_calibration_cut_short_by_goals_resumes_and_measures_every_point(tiny):
+    from timebill_ros.runtime.profiler import calibration_steps
+    grid = Grid(prefill_fit=(16, 64, 128), prefill_heldout=(96,), decode_fit=(16, 128),
+                decode_heldout=(64,), repeats=1, decode_steps=2, warmup=0)
+    asked = []
+
+    def goal_waits():  # goals arrive three times: each cuts a point short
+        asked.append(1)
+        return len(asked) in (2, 9, 20)
+    steps, yields = calibration_steps(tiny, grid, stop=goal_waits, layer_times=False), 0
+    while True:
+        try:
+            next(steps)
+            yields += 1
+        except StopIteration as done:
+            profile = done.value
+            break
+    points = 4 + 3  # prefill lengths x repeats, decode lengths
+    assert yields > points  # the points cut short were measured again
+    assert sorted(n for n, _ in profile.prefill_points) == [16, 64, 96, 128]
+    assert len(profile.decode_points) == 3 and not profile.layer_times
+    assert all(t > 0 for _, t in profile.prefill_points)
+    assert profile.heldout['prefill_lengths'] == [96]
+
+
 def test_the_thread_probe_times_each_count_and_restores_the_thread(tiny):
     import torch
     before = torch.get_num_threads()

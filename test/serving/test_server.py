@@ -20,6 +20,7 @@ from timebill_ros.serving.jobs import JobHooks
 from timebill_ros.serving.loop import DecodeLoop, generate
 from timebill_ros.serving.members import Member, Prefilling
 from timebill_ros.serving.local_executor import local_server
+from timebill_ros.serving.warmup import Warmup
 
 
 @pytest.fixture(scope='module')
@@ -650,7 +651,9 @@ def test_decode_threads_are_probed_per_precision_and_a_profile_timed_otherwise_i
     assert set(assembly.decode_threads) == {'float32', 'int8-dynamic'}
     assert all(n >= 1 for n in assembly.decode_threads.values())
     assert sum(' decode steps: 1 thread(s)' in m for _, m in log.lines) == 2
-    assembly.start()
+    warmup = Warmup(assembly)
+    warmup.start()  # the model itself serves alone: calibrated first, the copy while idle
+    assert warmup.pending == ['int8-dynamic']
     assert any('timed decode steps at 7 thread(s)' in m for _, m in log.lines)
     redone = Profile.load(path)
     assert redone.decode_threads() == assembly.decode_threads['float32']

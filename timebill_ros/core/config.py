@@ -130,8 +130,10 @@ _TABLE = (
     Param('profile', '', 'Execution-time profile YAML (empty: the cache path for this model, '
           "device and dtype); a resident auto_precision copy's profile sits beside it as "
           '<stem>.<precision>.yaml.'),
-    Param('calibrate_on_start', True, 'Profile the model at start when no matching profile '
-          'exists; if false, EVICTION is unavailable until ~/calibrate is called.'),
+    Param('calibrate_on_start', True, 'Profile the resident options that have no matching '
+          'profile of this machine: the fastest one that serves alone before serving, the '
+          'others between goals (each plans goals once profiled); if false, an option '
+          'without one stays out of planning (EVICTION until ~/calibrate is called).'),
     Param('calibration_quick', True, 'Use the short calibration grid at start.'),
     Param('alpha_max', 0.95, 'Largest KV-cache eviction ratio the planner may choose.',
           0.0, 0.99),

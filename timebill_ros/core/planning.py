@@ -348,7 +348,8 @@ class TimeBillPlanner:
                  precisions: dict | None = None, effects: CutEffects | None = None,
                  mix: MixConfig | None = None, engines: dict | None = None,
                  press_s_per_token: Callable[[], float] = lambda: 0.0,
-                 time_errors: Callable[[str], tuple] = lambda option: ()):
+                 time_errors: Callable[[str], tuple] = lambda option: (),
+                 provisional_base: str = ''):
         """Configure the planner; raise ValueError on a mix without its resident copy.
 
         ``settings``: the node parameters the planner reads
@@ -359,14 +360,13 @@ class TimeBillPlanner:
         (core.cuts); without it cuts count as harmless. ``mix`` lets MODE_AUTO lower
         single layers to ``mix.low`` (a key of ``precisions``), chosen per goal by the
         knapsack DP of core.precision. ``engines`` maps another resident engine's option
-        (e.g. 'llama.cpp-q8_0') to a callable returning its TimingModel: MODE_AUTO may run
-        a whole goal there, and a goal may pin it like a precision.
-        ``press_s_per_token`` returns what an eviction press adds to a prefill per prompt
-        token (learned by the engine; an evicting cut's prefill counts it).
-        ``time_errors`` returns an option's recent measured/estimated time ratios (''
-        = the full model; core.timing.EstimateErrors.points): P(fit) counts them.
+        (e.g. 'llama.cpp-q8_0') to a callable returning its TimingModel (whole goals).
+        ``press_s_per_token``: what an eviction press adds to a prefill per prompt token.
+        ``time_errors``: an option's recent measured/estimated time ratios ('' = the full
+        model), P(fit) counts them. ``provisional_base``: see ``profiled_only``.
         """
-        self.timing, self.predictor, self.settings = timing, predictor, settings
+        self.timing, self.predictor, self.settings, self.provisional_base = \
+            timing, predictor, settings, provisional_base
         precisions = dict(precisions or {})
         if mix is not None and mix.low not in precisions:
             raise ValueError(f'mixed precision needs a resident {mix.low} copy')
@@ -592,7 +592,8 @@ class TimeBillPlanner:
                     request.pessimistic_factor, dict(engine_prefix or {}),
                     settings.length_hedge,
                     unpredicted(dist) if dist is not None and settings.length_hedge > 0 else None)
-        cuts, note = self._candidates(request, goal)
+        cuts, note = profiled_only(*self._candidates(request, goal), request,
+                                   self.provisional_base)
         options = self._options(goal, cuts, solve=request.eviction_ratio == 0.0,
                                 switch=not request.precision)
         chosen = choose(options, settings, cheapest=request.mode == Mode.AUTO)
@@ -630,6 +631,25 @@ class TimeBillPlanner:
                 f'{settings.admit_probability:g}; estimated worst case {wcet:.3f} s for '
                 f'{worst} tokens (prompt {prompt_tokens} tokens)', plan)
         return plan
+
+
+def profiled_only(cuts: list, note: str, request: Request, provisional_base: str) -> tuple:
+    """Return (the cuts on options profiled on this machine, the note saying what is not).
+
+    ``provisional_base``: why the model's own times are a stand-in, not a profile of this
+    machine (the node's first minutes, serving/warmup.py); then only the other engines'
+    cuts run goals, and a goal with none left is refused with the reason ('': all are).
+    """
+    if not provisional_base:
+        return cuts, note
+    served = [cut for cut in cuts if isinstance(cut, OtherEngine)]
+    if not served:
+        raise Rejection(
+            f'{request.mode.name} runs on the model itself, which is not yet profiled on '
+            f'this machine (the node profiles it while idle); MODE_AUTO goals run on the '
+            f'profiled engines meanwhile')
+    wait = f'the model itself not yet profiled here (a stand-in: {provisional_base})'
+    return served, f'{note}; {wait}' if note else wait
 
 
 def fits_at_ratio(context: CutContext, goal: Goal, cut: Cut, wcet: float, worst: int,

@@ -77,6 +77,27 @@ class Profile:
         """Tell whether this profile was measured for this model, device and dtype."""
         return (self.model, self.device, self.dtype) == (model, device, dtype)
 
+    def scaled(self, dtype: str, prefill: float, decode: float, why: str) -> 'Profile':
+        """Return a stand-in for ``dtype``: this profile's times x ``prefill`` / ``decode``.
+
+        For a copy not yet profiled here (``why`` says from what the ratios came); it is
+        never saved and ``provisional`` names it.
+        """
+        c = self.coefficients
+        return Profile(
+            self.model, self.device, dtype,
+            {'a': c['a'] * prefill, 'b': c['b'] * prefill, 'c': c['c'] * prefill,
+             'p': c['p'] * decode, 'q': c['q'] * decode},
+            [[n, t * prefill] for n, t in self.prefill_points],
+            [[kv, t * decode] for kv, t in self.decode_points],
+            versions={**(self.versions or {}), 'provisional': why}, date=self.date,
+            host=self.host)
+
+    @property
+    def provisional(self) -> str:
+        """Return why this profile stands in for one not measured ('' for a measured one)."""
+        return str((self.versions or {}).get('provisional', ''))
+
     def save(self, path: Path) -> None:
         """Write the profile as YAML (creating folders)."""
         path = Path(path)

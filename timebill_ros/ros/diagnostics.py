@@ -63,6 +63,9 @@ def build_statuses(node_name: str, hardware_id: str, summary: dict, extra: dict,
               QUEUE: (Level.OK if state == 'serving' else Level.WARN,
                       f"{state}: {extra.get('queue_length', 0)} waiting, "
                       f"{extra.get('executing', 0)} running")}
+    if 'options_profiled' in extra:  # the node's first minutes: which options plan goals
+        levels[TIMING] = (Level.OK, f"options profiled: {extra['options_profiled']}; still "
+                                    f"to profile: {extra.get('options_to_profile', 'none')}")
     statuses = []
     for section, values in sections.items():
         level_of, message = levels.get(section, (Level.OK, f'{len(values)} values'))

@@ -22,7 +22,7 @@ import time
 from typing import Callable, Sequence
 
 from timebill_ros.core.config import LLAMA_FORMATS
-from timebill_ros.core.execution import GenerationStats
+from timebill_ros.core.execution import GenerationStats, PrefillInterrupted
 from timebill_ros.core.timing import held_prefix, LLAMA_MIN_REUSE
 from timebill_ros.runtime.batch import KeyedLane, LaneStep
 from timebill_ros.runtime.engine import StreamDecoder
@@ -542,43 +542,84 @@ def _ids(n: int, seed: int) -> list:
     return np.random.default_rng(seed).integers(5000, 45000, n).tolist()
 
 
-def time_prefill(engine: LlamaEngine, lengths: Sequence[int], repeats: int,
-                 warmup: int = 1) -> dict:
-    """Return {n: median seconds of a chunked prefill of n tokens}, lengths round-robin."""
+def _timed_prefill(engine: LlamaEngine, ids: list, stop) -> float | None:
+    """Return one chunked prefill's seconds (its sequence freed), or None if stopped."""
+    engine.model.forget()
+    try:
+        sequence, _, stats = engine.prefill(ids, None, interrupt=stop)
+    except PrefillInterrupted:
+        return None
+    engine.model.release(sequence.seq_id)
+    return stats.prefill_s
+
+
+def prefill_steps(engine: LlamaEngine, lengths: Sequence[int], repeats: int,
+                  warmup: int = 1, stop=lambda: False):
+    """Yield after each timed prefill; return {n: median s of a chunked prefill of n}.
+
+    Lengths round-robin; a prefill ``stop`` cut short is timed again on resuming.
+    """
     import statistics
     prompts = {n: _ids(n, n) for n in lengths}
     times: dict = {n: [] for n in lengths}
     for r in range(warmup + repeats):
         for n in lengths:
-            engine.model.forget()
-            sequence, _, stats = engine.prefill(prompts[n], None)
-            engine.model.release(sequence.seq_id)
+            seconds = _timed_prefill(engine, prompts[n], stop)
+            while seconds is None:
+                yield
+                seconds = _timed_prefill(engine, prompts[n], stop)
             if r >= warmup:
-                times[n].append(stats.prefill_s)
+                times[n].append(seconds)
+            yield
     return {n: statistics.median(ts) for n, ts in times.items()}
 
 
-def time_decode(engine: LlamaEngine, lengths: Sequence[int], steps: int, repeats: int) -> dict:
-    """Return {n: (median step s, mean KV)} for decode steps starting at KV length n."""
+def decode_steps(engine: LlamaEngine, lengths: Sequence[int], steps: int, repeats: int,
+                 stop=lambda: False):
+    """Yield after each length; return {n: (median step s, mean KV)} from KV length n.
+
+    Each length prefills its own sequence and frees it before yielding, so no sequence
+    is held while goals run between two points.
+    """
     import statistics
-    longest = max(lengths)
-    sequence, logits, _ = engine.prefill(_ids(longest, 7), None)
-    model, seq_id = engine.model, sequence.seq_id
     result = {}
+    for n in sorted(lengths, reverse=True):
+        samples = None
+        while samples is None:
+            samples = _decode_run(engine, n, steps * repeats, stop)
+            if samples is None:
+                yield
+        result[n] = (statistics.median(samples), n + (steps - 1) / 2.0)
+        yield
+    return result
+
+
+def _decode_run(engine: LlamaEngine, n: int, steps: int, stop) -> list | None:
+    """Return the seconds of ``steps`` decode steps from KV length ``n`` (None: stopped)."""
     try:
-        for n in sorted(lengths, reverse=True):
-            samples = []
-            for _ in range(repeats):
-                model.crop(seq_id, n)
-                token = 100
-                for j in range(steps):
-                    t0 = time.monotonic()
-                    token = int(model.decode([(token, n + j, seq_id, True)])[0].argmax())
-                    samples.append(time.monotonic() - t0)
-            result[n] = (statistics.median(samples), n + (steps - 1) / 2.0)
+        sequence, _, _ = engine.prefill(_ids(n, 7), None, interrupt=stop)
+    except PrefillInterrupted:
+        return None
+    model, seq_id, samples = engine.model, sequence.seq_id, []
+    try:
+        token = 100
+        for j in range(steps):
+            if stop():
+                return None
+            t0 = time.monotonic()
+            token = int(model.decode([(token, n + j, seq_id, True)])[0].argmax())
+            samples.append(time.monotonic() - t0)
     finally:
         model.release(seq_id)
-    return result
+    return samples
+
+
+def probe_command(engine: LlamaEngine, prompt: int = 64, steps: int = 8) -> tuple:
+    """Return (prefill s, median decode step s) of a short command on this option."""
+    import statistics
+    ids = _ids(prompt, 3)
+    prefill = min(_timed_prefill(engine, ids, lambda: False) for _ in range(2))
+    return prefill, statistics.median(_decode_run(engine, prompt, steps, lambda: False))
 
 
 def llama_grid(quick: bool):
@@ -597,13 +638,23 @@ def llama_grid(quick: bool):
 
 def calibrate_llama(engine: LlamaEngine, grid, name: str) -> object:
     """Measure one option's chunked prefill and decode steps; return its fitted Profile."""
+    from timebill_ros.runtime.profiler import finish
+    return finish(llama_calibration_steps(engine, grid, name))
+
+
+def llama_calibration_steps(engine: LlamaEngine, grid, name: str, stop=lambda: False):
+    """Yield after each measured point; return the option's fitted Profile.
+
+    ``stop()`` is asked between prefill chunks and decode steps: a point it cuts short
+    is measured again when resumed (the node profiles options between goals).
+    """
     import platform
     from timebill_ros.runtime.model import machine_of
     from timebill_ros.runtime.profiler import fitted_profile
-    prefill = time_prefill(engine, (*grid.prefill_fit, *grid.prefill_heldout), grid.repeats,
-                           grid.warmup)
-    decode = time_decode(engine, (*grid.decode_fit, *grid.decode_heldout), grid.decode_steps,
-                         grid.repeats)
+    prefill = yield from prefill_steps(engine, (*grid.prefill_fit, *grid.prefill_heldout),
+                                       grid.repeats, grid.warmup, stop)
+    decode = yield from decode_steps(engine, (*grid.decode_fit, *grid.decode_heldout),
+                                     grid.decode_steps, grid.repeats, stop)
     import llama_cpp
     return fitted_profile(prefill, decode, grid, model=name, device='cpu', dtype=engine.option,
                           versions={'llama_cpp': llama_cpp.__version__,

@@ -43,66 +43,129 @@ def _ids(loaded: LoadedModel, n: int, seed: int):
     return torch.randint(vocab // 10, vocab * 9 // 10, (1, n), generator=gen).to(loaded.device)
 
 
-def time_prefill_grid(loaded: LoadedModel, lengths: Sequence[int], repeats: int,
-                      warmup: int = 1, progress: Callable[[], None] = lambda: None,
-                      chunk: int = 0) -> dict:
-    """Return {n: median prefill seconds}, visiting the lengths round-robin.
+def never() -> bool:
+    """Return False: a calibration nothing interrupts."""
+    return False
 
-    Interleaving the repeats spreads slow drifts of the machine (thermal state,
-    neighbours) over all lengths instead of biasing whichever length ran then.
-    Each prefill runs as the engine runs it: in ``chunk``-token passes (0: one), the
-    last position's logits only.
+
+def timed_prefill(loaded: LoadedModel, ids, chunk: int = 0,
+                  stop: Callable[[], bool] = never) -> float | None:
+    """Return the seconds of one prefill of ``ids`` as the engine runs it, or None if stopped.
+
+    In ``chunk``-token passes (0: one), the last position's logits only; ``stop()`` is
+    asked before each pass (a goal arrived: the measurement is dropped).
     """
     import torch
     from transformers import DynamicCache
+    with torch.inference_mode():
+        t0 = time.monotonic()
+        cache = DynamicCache()
+        for begin, end in chunk_bounds(ids.shape[1], chunk):
+            if stop():
+                return None
+            out = loaded.model(input_ids=ids[:, begin:end], past_key_values=cache,
+                               use_cache=True, logits_to_keep=1)
+        int(out.logits[0, -1].argmax())
+        return time.monotonic() - t0
+
+
+def prefill_steps(loaded: LoadedModel, lengths: Sequence[int], repeats: int,
+                  warmup: int = 1, chunk: int = 0, stop: Callable[[], bool] = never):
+    """Yield after each timed prefill; return {n: median prefill seconds}.
+
+    The lengths are visited round-robin: interleaving the repeats spreads slow drifts of
+    the machine (thermal state, neighbours) over all lengths instead of biasing
+    whichever length ran then. A prefill ``stop`` cut short is timed again on resuming.
+    """
     ids = {n: _ids(loaded, n, n) for n in lengths}
     times: dict = {n: [] for n in lengths}
-    with torch.inference_mode():
-        for r in range(warmup + repeats):
-            for n in lengths:
-                t0 = time.monotonic()
-                cache = DynamicCache()
-                for begin, end in chunk_bounds(n, chunk):
-                    out = loaded.model(input_ids=ids[n][:, begin:end], past_key_values=cache,
-                                       use_cache=True, logits_to_keep=1)
-                int(out.logits[0, -1].argmax())
-                if r >= warmup:
-                    times[n].append(time.monotonic() - t0)
-            progress()
+    for r in range(warmup + repeats):
+        for n in lengths:
+            seconds = timed_prefill(loaded, ids[n], chunk, stop)
+            while seconds is None:
+                yield
+                seconds = timed_prefill(loaded, ids[n], chunk, stop)
+            if r >= warmup:
+                times[n].append(seconds)
+            yield
     return {n: statistics.median(ts) for n, ts in times.items()}
 
 
+def decode_steps(loaded: LoadedModel, lengths: Sequence[int], steps: int, repeats: int,
+                 threads: int = 0, stop: Callable[[], bool] = never):
+    """Yield after each timed run of ``steps`` decode steps; return {n: (median s, mean KV)}.
+
+    One prefill of the longest length fills a cache that each length crops (a stopped
+    prefill is redone on resuming); ``stop()`` is asked before each step, and a run it
+    cuts short is timed again.
+    """
+    import torch
+    from transformers import DynamicCache
+    longest = max(lengths)
+    with torch.inference_mode():
+        ids = _ids(loaded, longest, 7)
+        while True:
+            cache = DynamicCache()
+            for begin, end in chunk_bounds(longest, 512):
+                if stop():
+                    break
+                loaded.model(input_ids=ids[:, begin:end], past_key_values=cache,
+                             use_cache=True, logits_to_keep=1)
+            else:
+                break
+            yield
+    result = {}
+    for n in sorted(lengths, reverse=True):
+        samples: list = []
+        while len(samples) < steps * repeats:
+            run = _decode_run(loaded, cache, n, steps, threads, stop)
+            samples += run or []
+            yield
+        # The steps grow the cache from n to n + steps - 1: credit the median to the
+        # middle length.
+        result[n] = (statistics.median(samples), n + (steps - 1) / 2.0)
+    return result
+
+
+def _decode_run(loaded: LoadedModel, cache, n: int, steps: int, threads: int,
+                stop: Callable[[], bool]) -> list | None:
+    """Return the seconds of ``steps`` decode steps from KV length ``n`` (None: stopped)."""
+    import torch
+    samples = []
+    with torch.inference_mode(), intra_op_threads(threads):
+        cache.crop(n)
+        token = torch.tensor([[100]], device=loaded.device)
+        for j in range(steps):
+            if stop():
+                return None
+            pos = torch.tensor([[n + j]], device=loaded.device)
+            t0 = time.monotonic()
+            out = loaded.model(input_ids=token, past_key_values=cache, position_ids=pos,
+                               use_cache=True)
+            int(out.logits[0, -1].argmax())
+            samples.append(time.monotonic() - t0)
+    return samples
+
+
+def probe_command(loaded: LoadedModel, threads: int = 0, prompt: int = 64,
+                  steps: int = 8) -> tuple:
+    """Return (prefill s, median decode step s) of a short command: how fast this copy is.
+
+    A start-up ranking of the resident options (which to profile first), not a profile.
+    """
+    prefill = timed_prefill(loaded, _ids(loaded, prompt, 3))  # warm
+    prefill = min(prefill, timed_prefill(loaded, _ids(loaded, prompt, 3)))
+    return prefill, finish(decode_steps(loaded, (prompt,), steps, 1, threads))[prompt][0]
+
+
 def time_decode_steps(loaded: LoadedModel, lengths: Sequence[int], steps: int,
-                      repeats: int, progress: Callable[[], None] = lambda: None) -> dict:
+                      repeats: int) -> dict:
     """Return {n: (median step seconds, mean KV length)} for decode steps starting at n.
 
     One long prefill fills the cache; cropping it to each length avoids a
     prefill per grid point. KV length means the cache length before the step.
     """
-    import torch
-    from transformers import DynamicCache
-    longest = max(lengths)
-    result = {}
-    with torch.inference_mode():
-        cache = DynamicCache()
-        loaded.model(input_ids=_ids(loaded, longest, 7), past_key_values=cache, use_cache=True)
-        token = torch.tensor([[100]], device=loaded.device)
-        for n in sorted(lengths, reverse=True):
-            samples = []
-            for _ in range(repeats):
-                cache.crop(n)
-                for j in range(steps):
-                    pos = torch.tensor([[n + j]], device=loaded.device)
-                    t0 = time.monotonic()
-                    out = loaded.model(input_ids=token, past_key_values=cache, position_ids=pos,
-                                       use_cache=True)
-                    int(out.logits[0, -1].argmax())
-                    samples.append(time.monotonic() - t0)
-            progress()
-            # The steps grow the cache from n to n + steps - 1: credit the median to
-            # the middle length.
-            result[n] = (statistics.median(samples), n + (steps - 1) / 2.0)
-    return result
+    return finish(decode_steps(loaded, lengths, steps, repeats))
 
 
 def time_batch_steps(loaded: LoadedModel, max_batch: int, kv_lengths: Sequence[int] = (64, 640),
@@ -185,6 +248,15 @@ def batch_profile(loaded: LoadedModel, max_batch: int, decode_threads: int = 0) 
     return points, fit_batch(points)
 
 
+def finish(steps):
+    """Run a calibration generator to its end; return what it returns."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
 def calibrate(loaded: LoadedModel, grid: Grid = Grid(), progress: bool = True,
               decode_threads: int = 0, max_batch: int = 1, prefill_chunk: int = 0) -> Profile:
     """Measure, fit, evaluate on held-out lengths and return the profile.
@@ -193,29 +265,50 @@ def calibrate(loaded: LoadedModel, grid: Grid = Grid(), progress: bool = True,
     engine runs them. ``max_batch`` > 1 also profiles batched steps of 1..max_batch
     sequences (``time_batch_steps``). ``prefill_chunk``: the engine's prefill chunk.
     """
+    from tqdm import tqdm
+    points = len(grid.prefill_fit) + len(grid.prefill_heldout)
+    bar = tqdm(total=points * (grid.warmup + grid.repeats), desc='calibrating',
+               unit='point', disable=not progress)
+    steps = calibration_steps(loaded, grid, decode_threads, max_batch, prefill_chunk)
+    while True:
+        try:
+            next(steps)
+            bar.update(1)
+        except StopIteration as done:
+            bar.close()
+            return done.value
+
+
+def calibration_steps(loaded: LoadedModel, grid: Grid = Grid(), decode_threads: int = 0,
+                      max_batch: int = 1, prefill_chunk: int = 0,
+                      stop: Callable[[], bool] = never, layer_times: bool = True):
+    """Yield after each measured point; return the fitted profile (``calibrate``'s steps).
+
+    Between two points the caller may run goals (the node profiles its options while
+    idle): ``stop()``, asked between prefill chunks and decode steps, cuts a point short
+    and it is measured again when resumed. ``layer_times``: also time each layer
+    (early exit), one point that ``stop`` does not cut.
+    """
     import torch
     import transformers
-    from tqdm import tqdm
-    lengths = (*grid.prefill_fit, *grid.prefill_heldout)
-    bar = tqdm(total=grid.warmup + grid.repeats + 1, desc='calibrating', unit='pass',
-               disable=not progress)
-    prefill = time_prefill_grid(loaded, lengths, grid.repeats, grid.warmup,
-                                lambda: bar.update(1), prefill_chunk)
-    with intra_op_threads(decode_threads):
-        decode = time_decode_steps(loaded, (*grid.decode_fit, *grid.decode_heldout),
-                                   grid.decode_steps, grid.repeats)
-    bar.update(1)
-    bar.close()
-    layer_times = {}
-    if hasattr(loaded.model, 'model') and hasattr(loaded.model.model, 'layers'):
+    prefill = yield from prefill_steps(
+        loaded, (*grid.prefill_fit, *grid.prefill_heldout), grid.repeats, grid.warmup,
+        prefill_chunk, stop)
+    decode = yield from decode_steps(loaded, (*grid.decode_fit, *grid.decode_heldout),
+                                     grid.decode_steps, grid.repeats, decode_threads, stop)
+    times = {}
+    if layer_times and hasattr(loaded.model, 'model') and \
+            hasattr(loaded.model.model, 'layers'):
         from timebill_ros.runtime.early_exit import measure_layer_times
         with intra_op_threads(decode_threads):
-            times = measure_layer_times(loaded, n_kv=512, steps=grid.decode_steps)
-        layer_times = {'layers_s': [float(t) for t in times.layers],
-                       'head_s': float(times.head_s), 'n_kv': 512}
+            measured = measure_layer_times(loaded, n_kv=512, steps=grid.decode_steps)
+        times = {'layers_s': [float(t) for t in measured.layers],
+                 'head_s': float(measured.head_s), 'n_kv': 512}
+        yield
     batch_points, batch_fit = [], None
     if max_batch > 1:
         batch_points, batch_fit = batch_profile(loaded, max_batch, decode_threads)
+        yield
     return fitted_profile(
         prefill, decode, grid, model=loaded.name, device=loaded.device, dtype=loaded.dtype,
         versions={'torch': str(torch.__version__), 'transformers': transformers.__version__,
@@ -223,7 +316,7 @@ def calibrate(loaded: LoadedModel, grid: Grid = Grid(), progress: bool = True,
                   'threads': torch.get_num_threads(),
                   'decode_threads': decode_threads or torch.get_num_threads(),
                   'prefill_chunk': prefill_chunk, 'machine': machine_of(loaded.device)},
-        layer_times=layer_times,
+        layer_times=times,
         batch_points=[[int(b), float(k), float(t)] for b, k, t in batch_points],
         batch_coefficients=batch_fit.as_list() if batch_fit else [])
 

@@ -33,7 +33,7 @@ from timebill_ros.runtime.presses import press_for_plan
 from timebill_ros.runtime.profiler import batch_profile, calibrate, fastest_threads, Grid, QUICK
 from timebill_ros.serving import artifacts
 from timebill_ros.serving.artifacts import Log
-from timebill_ros.serving.engine_options import describe_regime, llama_engines, option_profile
+from timebill_ros.serving.engine_options import describe_regime, llama_engines
 from timebill_ros.serving.resident import ResidentEngines
 
 
@@ -229,28 +229,9 @@ class Assembly:
 
     # -- profiles and pipelines --------------------------------------------------------
 
-    def start(self) -> Pipeline:
-        """Use the matching profiles, calibrate when allowed, else plan without an ETE."""
-        profile = self._profile_for(self.loaded, self.profile_path)
-        self.online_engines = {}
-        for option, engine in self.llama.items():
-            found = option_profile(self.log, engine, self.loaded,
-                                   self.variant_profile_path(option), self.config)
-            if found is not None:
-                self.online_engines[option] = online_model(found, self.config)
-        online_variants = {}
-        for precision, variant in self.variants.items():
-            found = self._profile_for(variant, self.variant_profile_path(precision))
-            if found is not None:
-                # One sample per goal: a copy that seldom runs must not take the speed of
-                # one goal's moment as its own (the machine's speed is the shared drift).
-                online_variants[precision] = online_model(found, self.config, steps_per_goal=1)
-        return self.pipeline(profile, online_variants)
-
-    def recalibrate(self, quick: bool, online_variants: dict) -> tuple:
-        """Calibrate the main model again; return (profile, the pipeline built on it)."""
-        profile = self._calibrate(quick, self.loaded, self.profile_path)
-        return profile, self.pipeline(profile, online_variants)
+    def recalibrate(self, quick: bool) -> Profile:
+        """Calibrate the main model again (and save it); return the profile."""
+        return self._calibrate(quick, self.loaded, self.profile_path)
 
     def variant_profile_path(self, precision: str) -> Path:
         """Return where a resident variant's profile lives: beside ``profile`` if set."""
@@ -258,16 +239,6 @@ class Assembly:
             main = Path(self.config.profile)
             return main.with_name(f'{main.stem}.{precision}{main.suffix}')
         return default_path(cache_root(), self.loaded.name, self.loaded.device, precision)
-
-    def _profile_for(self, loaded, path: Path) -> Profile | None:
-        """Return the profile at ``path`` if it matches ``loaded``, else calibrate if allowed."""
-        profile = artifacts.stored_profile(self.log, path, loaded, self.threads(loaded),
-                                           self.config.calibrate_on_start,
-                                           self.config.prefill_chunk)
-        if profile is None and self.config.calibrate_on_start:
-            self.log.info(f'no {loaded.dtype} execution-time profile: calibrating (one-off)')
-            profile = self._calibrate(self.config.calibration_quick, loaded, path)
-        return profile
 
     def _calibrate(self, quick: bool, loaded, path: Path) -> Profile:
         with self.model_lock:
@@ -325,18 +296,28 @@ class Assembly:
         self.log.info(f'batched decode steps from {source} (ms at 64 KV each): {steps}')
         return OnlineBatchDrift(model)
 
-    def pipeline(self, profile: Profile | None, online_variants: dict) -> Pipeline:
-        """Build the planner, ETE and engine for ``profile`` (None: no ETE, full model only)."""
+    def pipeline(self, profile: Profile | None, online_variants: dict,
+                 online: OnlineTimingModel | None = None) -> Pipeline:
+        """Build the planner, ETE and engine for ``profile`` (None: no ETE, full model only).
+
+        ``online``: the model's online ETE to keep (its drift learned so far), if built on
+        ``profile`` before. A stand-in ``profile`` (``Profile.provisional``) plans the
+        other engines only: no early exit, batch, mix or resident copy until the model's
+        own profile arrives.
+        """
         config = self.config
+        stand_in = profile.provisional if profile is not None else ''
         early_exit = self._early_exit_from(profile) \
-            if profile is not None and self.exit_rule is not None else None
+            if profile is not None and self.exit_rule is not None and not stand_in else None
         engine = self.engine(LayerwiseDecoder(
             self.loaded, early_exit.rule, early_exit.layer_times, heads=self.exit_heads)
             if early_exit is not None else None)
         if profile is None:
             self.log.warning('no execution-time profile: MODE_EVICTION unavailable')
             return Pipeline(FullModelPlanner(), config.limits(), engine, config.max_batch)
-        online = online_model(profile, self.config)
+        online = online or online_model(profile, self.config)
+        if stand_in:
+            online_variants = {}
         precisions = {precision: (lambda variant=variant: variant.model)
                       for precision, variant in online_variants.items()}
         engines = {option: (lambda ete=ete: ete.model)
@@ -346,7 +327,8 @@ class Assembly:
             early_exit=early_exit, precisions=precisions, effects=self.effects,
             mix=self._mix_from(profile) if self.low_precision in online_variants else None,
             engines=engines, press_s_per_token=lambda: self.press_cost.s_per_token,
-            time_errors=_time_errors({'': online, **online_variants, **self.online_engines}))
+            time_errors=_time_errors({'': online, **online_variants, **self.online_engines}),
+            provisional_base=stand_in)
         if engines:
             engine = ResidentEngines(engine, {option: self.llama[option] for option in engines})
         self.log.info(describe_regime(online.model, {p: m() for p, m in precisions.items()},
@@ -356,6 +338,9 @@ class Assembly:
         limits = config.limits(modes | {Mode.EARLY_EXIT} if early_exit is not None else modes,
                                frozenset(online_variants) | frozenset(engines)
                                | handover_names(engines))
+        if stand_in:  # one goal at a time: batched steps are timed with the model's profile
+            return Pipeline(planner, limits, engine, 1, online, {}, None, None,
+                            dict(self.online_engines))
         return Pipeline(planner, limits, engine, config.max_batch, online,
                         dict(online_variants), early_exit, self._batch_from(profile),
                         dict(self.online_engines))

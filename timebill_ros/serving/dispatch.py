@@ -223,9 +223,13 @@ class Dispatch:
 
     def _work_loop(self) -> None:
         while True:
-            taken = self._take(block=True)
+            idle_work = self.server.idle_work()  # options still to profile (serving/warmup)
+            taken = self._take(block=not idle_work)
             if taken is None:
-                return
+                if self._stopping:
+                    return
+                self._idle_step()
+                continue
             try:
                 self._run_loop(taken)
             except Exception as exc:  # noqa: BLE001 - the worker must survive any goal
@@ -236,6 +240,20 @@ class Dispatch:
                 self._done(job, ended_before_start(
                     job.clock, Outcome.FAILED, 'internal error: the decode loop broke',
                     job.plan))
+
+    def _idle_step(self) -> None:
+        """Measure one profiling point while no goal waits; a goal that arrives cuts it short."""
+        def goal_waits() -> bool:  # read without the lock: a stale answer costs one point
+            return self._stopping or len(self.queue) > 0 or bool(self.held)
+        if goal_waits():  # admitted, about to queue: wait for it rather than spin
+            with self.lock:
+                self._work.wait(WORKER_POLL_S / 10)
+            return
+        try:
+            with self.server.assembly.model_lock:
+                self.server.idle_step(goal_waits)
+        except Exception as exc:  # noqa: BLE001 - profiling must not stop the worker
+            self.server.log.error(f'idle profiling failed: {exc!r}')
 
     def _run_loop(self, taken: tuple) -> None:
         """Run a decode loop from ``taken`` until no goal is left in it."""

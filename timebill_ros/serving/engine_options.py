@@ -16,7 +16,7 @@ from types import SimpleNamespace
 from timebill_ros.core.cut_kinds import handover_name, handover_pairs, HANDOVER_S_PER_TOKEN
 from timebill_ros.core.profile import Profile
 from timebill_ros.runtime.llama_engine import (
-    calibrate_llama, gguf_variant, KV_LAYOUT, llama_grid, LlamaEngine, LlamaModel,
+    gguf_variant, KV_LAYOUT, LlamaEngine, LlamaModel,
     LlamaUnavailable, option_name)
 from timebill_ros.runtime.model import cache_root, EMBEDDED_NAME, embedded_gguf, machine_of
 from timebill_ros.serving import artifacts
@@ -72,22 +72,18 @@ def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
 
 
-def option_profile(log: Log, engine: LlamaEngine, loaded, path: Path, config) -> Profile | None:
-    """Return the option's stored profile, or calibrate it now (None when not allowed)."""
+def option_profile(log: Log, engine: LlamaEngine, loaded, path: Path,
+                   recalibrate: bool) -> Profile | None:
+    """Return the option's stored profile (None: none, or timed otherwise and ``recalibrate``).
+
+    A missing one is measured by the node's warm-up (serving/warmup.py).
+    """
     made_for = SimpleNamespace(name=loaded.name, device='cpu', dtype=engine.option)
     profile = artifacts.stored_profile(log, path, made_for, 0, False)
-    if profile is not None and config.calibrate_on_start and not _timed_as_run(profile, engine):
+    if profile is not None and recalibrate and not _timed_as_run(profile, engine):
         log.info(f'{path} was timed with another llama.cpp chunk or KV layout, or on '
                  'another machine: recalibrating')
-        profile = None
-    if profile is not None or not config.calibrate_on_start:
-        return profile
-    log.info(f'no {engine.option} execution-time profile: calibrating (one-off)')
-    profile = calibrate_llama(engine, llama_grid(config.calibration_quick), loaded.name)
-    try:
-        profile.save(path)
-    except OSError as exc:
-        log.warning(f'cannot save the profile to {path}: {exc}')
+        return None
     return profile
 
 

@@ -21,6 +21,7 @@ from timebill_ros.serving.assembly import Assembly, Pipeline
 from timebill_ros.serving.dispatch import Dispatch
 from timebill_ros.serving.learning import learn_timing
 from timebill_ros.serving.server import Server
+from timebill_ros.serving.warmup import OWN, Warmup
 
 
 class LocalExecutor:
@@ -37,7 +38,9 @@ class LocalExecutor:
         self.loaded, self.predictor = assembly.loaded, assembly.predictor
         self.dtype = self.loaded.dtype
         self._scheduler = scheduler or self.config.scheduler
-        self.pipeline: Pipeline = assembly.start()
+        # The options' profiles: the fastest measured before serving, the rest while idle.
+        self.warmup = Warmup(assembly)
+        self.pipeline: Pipeline = self.warmup.start()
         self.admission = Admission(self)
         self.lifecycle = None
         self.dispatch: Dispatch | None = None
@@ -132,15 +135,26 @@ class LocalExecutor:
 
     def recalibrate(self, quick: bool) -> Profile:
         """Calibrate the model again and swap in the pipeline built on the new profile."""
-        profile, pipeline = on_own_thread(  # leaves no OpenMP team on the caller's thread
-            self.assembly.recalibrate, quick, self.pipeline.online_variants)
-        self.pipeline = pipeline  # one reference swap: a running goal keeps its own
+        profile = on_own_thread(  # leaves no OpenMP team on the caller's thread
+            self.assembly.recalibrate, quick)
+        self.warmup.profiled(OWN, profile)
+        self.pipeline = self.warmup.pipeline()  # one reference swap: running goals keep theirs
         return profile
+
+    def idle_work(self) -> bool:
+        """Tell whether options are still to be profiled (the worker does it while idle)."""
+        return bool(self.warmup.pending)
+
+    def idle_step(self, goal_waits) -> None:
+        """Measure one profiling point (worker thread, model lock held); swap in new plans."""
+        pipeline = self.warmup.step(goal_waits)
+        if pipeline is not None:
+            self.pipeline = pipeline  # one reference swap: running goals keep theirs
 
     def status(self) -> dict:
         """Return the planner's, the ETEs', the prefix cache's and the batch's facts."""
         pipeline, planner = self.pipeline, self.pipeline.planner
-        extra = {'last_precision': self.learning.last_precision,
+        extra = {**self.warmup.status(), 'last_precision': self.learning.last_precision,
                  'planner': type(planner).__name__,
                  'auto_precision': ','.join(pipeline.online_variants),
                  'precision_mix': f'{planner.mix.table.units} units'

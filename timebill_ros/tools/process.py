@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -62,6 +63,19 @@ class NodeProcess:
             raise RuntimeError('node not ready:\n' + ''.join(self.lines[-30:]))
         if self.proc.poll() is not None:
             raise RuntimeError('node exited at start:\n' + ''.join(self.lines[-30:]))
+
+    def wait_for_line(self, fragment: str, timeout: float) -> str:
+        """Return the first output line holding ``fragment`` (TimeoutError after ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = next((line for line in list(self.lines) if fragment in line), None)
+            if found is not None:
+                return found
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        raise TimeoutError(f'no line with {fragment!r} in {timeout:g} s:\n'
+                           + ''.join(self.lines[-20:]))
 
     def _read(self):
         for line in self.proc.stdout:
