@@ -23,6 +23,7 @@ import time
 
 from benchmarks.common import run_header, shipped_params
 from benchmarks.harness import claim_out, OUT_HELP, write_outputs
+from timebill_ros.core.request import Outcome
 from timebill_ros.tools.process import NodeProcess
 
 COMMANDS = ('Answer with one word, STOP or GO: a pedestrian is crossing 4 m ahead.',
@@ -90,6 +91,10 @@ def second_start(cache: str) -> float:
     return ready
 
 
+def _seconds(value) -> str:
+    return f'{value:.1f}' if value is not None else 'not within the limit'
+
+
 def markdown(report: dict) -> str:
     """Return the README of the run."""
     first = report['first']
@@ -98,13 +103,15 @@ def markdown(report: dict) -> str:
            '| | seconds from the process start |', '|---|---|',
            f"| ready (action server up) | {first['ready_s']:.1f} |",
            f"| first answer | {first['first_answer_s']:.1f} |",
-           f"| every option profiled | {first['all_profiled_s'] or 'not within the limit'} |",
+           f"| every option profiled | {_seconds(first['all_profiled_s'])} |",
            f"| second start, ready | {report['second_ready_s']:.1f} |", '',
            '## Goals sent while the node profiled its options', '',
            '| sent at s | outcome | met | e2e s | option | end of the plan note |',
            '|---|---|---|---|---|---|']
     for goal in first['goals']:
-        out.append(f"| {goal['sent_s']} | {goal.get('outcome', 'refused: ' + goal['reason'])}"
+        outcome = Outcome(goal['outcome']).name if 'outcome' in goal else ''
+
+        out.append(f"| {goal['sent_s']} | {outcome or 'refused: ' + goal['reason']}"
                    f" | {goal.get('met', '')} | {goal.get('e2e_s', 0):.2f} | "
                    f"{goal.get('option', '')} | {goal.get('note', '')} |")
     out += ['', "## The node's lines", '', '```', *first['lines'], '```']

@@ -16,7 +16,7 @@ def test_the_report_gives_each_time_and_every_goal():
               'first': {'ready_s': 41.0, 'first_answer_s': 41.8, 'all_profiled_s': None,
                         'lines': ['[INFO] profiled llama.cpp-q4_1 in 12.0 s'],
                         'goals': [{'sent_s': 41.2, 'accepted': True, 'reason': '',
-                                   'outcome': 1, 'met': True, 'e2e_s': 0.4,
+                                   'outcome': 0, 'met': True, 'e2e_s': 0.4,
                                    'option': 'llama.cpp-f16', 'note': 'not yet profiled'},
                                   {'sent_s': 52.0, 'accepted': False,
                                    'reason': 'cannot meet'}]}}
@@ -24,5 +24,6 @@ def test_the_report_gives_each_time_and_every_goal():
     assert '| ready (action server up) | 41.0 |' in text
     assert '| first answer | 41.8 |' in text and 'not within the limit' in text
     assert '| second start, ready | 9.5 |' in text
-    assert 'llama.cpp-f16' in text and 'refused: cannot meet' in text
+    assert '| COMPLETED | True | 0.40 | llama.cpp-f16 |' in text
+    assert 'refused: cannot meet' in text
     assert 'profiled llama.cpp-q4_1 in 12.0 s' in text

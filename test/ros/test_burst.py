@@ -51,8 +51,10 @@ def outcome(client, run, timeout):
     return 'reason' if run.reject_reason else 'lost'
 
 
-def test_a_500_goal_burst_from_threads_and_processes_loses_nothing(node):
-    others = [client_process(100, 2) for _ in range(2)]
+def test_a_250_goal_burst_from_threads_and_processes_loses_nothing(node):
+    # 250 goals keep this under 3 minutes in CI; the 500-goal burst against deadlines is
+    # benchmarks.bench_burst (0 lost there too).
+    others = [client_process(50, 2) for _ in range(2)]
     clients = [InstructClient(node_name=f'burst_{i}') for i in range(3)]
     for c in clients:
         c.wait_for_server(30)
@@ -62,17 +64,17 @@ def test_a_500_goal_burst_from_threads_and_processes_loses_nothing(node):
         for _ in range(n):
             runs[i].append(clients[i].send(make_goal('Report status.', BUDGET_S,
                                                      max_new_tokens=2)))
-    # 100 threads with one goal each; one thread with 100; 4 threads with 25 each.
-    threads = [threading.Thread(target=send, args=(0, 1)) for _ in range(100)]
-    threads += [threading.Thread(target=send, args=(1, 100))]
-    threads += [threading.Thread(target=send, args=(2, 25)) for _ in range(4)]
+    # 50 threads with one goal each; one thread with 50; 2 threads with 25 each.
+    threads = [threading.Thread(target=send, args=(0, 1)) for _ in range(50)]
+    threads += [threading.Thread(target=send, args=(1, 50))]
+    threads += [threading.Thread(target=send, args=(2, 25)) for _ in range(2)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
     seen = {'result': 0, 'reason': 0, 'lost': 0}
     for i, c in enumerate(clients):
-        assert len(runs[i]) == 100
+        assert len(runs[i]) == 50
         for run in runs[i]:
             seen[outcome(c, run, BUDGET_S)] += 1
         c.close()
@@ -81,12 +83,12 @@ def test_a_500_goal_burst_from_threads_and_processes_loses_nothing(node):
         lines = [line for line in out.splitlines() if line.startswith('{')]
         assert lines, out[-3000:]
         summary = json.loads(lines[-1])
-        assert summary['sent'] == 100 and summary['lost'] == 0, out
+        assert summary['sent'] == 50 and summary['lost'] == 0, out
         seen['result'] += summary['results']
         seen['reason'] += summary['reasons']
-        seen['lost'] += 100 - summary['results'] - summary['reasons']
+        seen['lost'] += 50 - summary['results'] - summary['reasons']
     # Every goal answered; with room for all of them queued, every one was served.
-    assert seen == {'result': 500, 'reason': 0, 'lost': 0}
+    assert seen == {'result': 250, 'reason': 0, 'lost': 0}
 
 
 def test_a_cancel_storm_ends_every_goal_and_the_node_serves_the_next(node):

@@ -45,10 +45,10 @@ def test_a_cold_start_serves_on_the_fastest_engine_and_profiles_the_rest_while_i
     none = client.ask(make_goal('Say GO.', 30.0, mode=G.MODE_NONE), 60)
     if not none.accepted:  # the model itself had no profile yet: refused with the reason
         assert 'not yet profiled on this machine' in none.reject_reason
-    node.wait_for_line('every option has a profile of this machine now', 600)
-    for option in ('float32', 'int8-dynamic', 'int8-weight', 'llama.cpp-f16',
-                   'llama.cpp-q4_1'):
-        assert any(f'profiled {option} in ' in line for line in node.lines), option
+    # The model itself comes after the other engine; the int8 copies (they prefill on
+    # the model) after it, while the tests below run (their goals cut the points short).
+    node.wait_for_line('profiled float32 in ', 600)
+    assert any('profiled llama.cpp-' in line for line in node.lines)
     run = client.ask(make_goal('Say GO.', 30.0, mode=G.MODE_NONE), 60)
     assert run.accepted and run.result.outcome == R.COMPLETED, run.reject_reason
 
