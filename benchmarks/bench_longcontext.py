@@ -74,7 +74,7 @@ class LongContextBench(robot.RobotBench):
     def run(self, node: str, item: tasks.TaskItem, strategy: str, budget_s: float,
             **goal) -> dict:
         """Send one goal, wait for its end, return a plain record with both scores."""
-        from timebill_ros.action import Instruct
+        from timebill_msgs.action import Instruct
         from timebill_ros.tools.client import make_goal, outcome_name
         run = self.clients[node].ask(
             make_goal(item.instruction, budget_s, item.context,
@@ -229,7 +229,7 @@ def main(argv=None) -> int:
     os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
     import rclpy
     from transformers import AutoTokenizer
-    from timebill_ros.action import Instruct
+    from timebill_msgs.action import Instruct
     from timebill_ros.runtime.model import resolve_source
     G = Instruct.Goal
     tokenizer = AutoTokenizer.from_pretrained(resolve_source(args.model)[0])

@@ -217,7 +217,7 @@ def fresh_rounds(runs: dict, tiers, items: list, names: list, run, reference_bud
 
 def main_fresh(args, argv) -> int:
     """Run references and every strategy interleaved, then write the outputs."""
-    from timebill_ros.action import Instruct
+    from timebill_msgs.action import Instruct
     from timebill_ros.tools.client import ensure_init
     import benchmarks.bench_robot as robot
     G = Instruct.Goal
@@ -290,7 +290,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.fresh:
         return main_fresh(args, argv)
-    from timebill_ros.action import Instruct
+    from timebill_msgs.action import Instruct
     from timebill_ros.tools.client import ensure_init
     import benchmarks.bench_robot as robot
     G = Instruct.Goal

@@ -67,7 +67,7 @@ class RobotBench(Nodes):
     def run(self, node: str, item, budget_s: float, mode: int, policy: int = 0,
             eviction_ratio: float = 0.0, precision: str = '') -> dict:
         """Send one goal (``precision``: pinned decode precision), return a plain record."""
-        from timebill_ros.action import Instruct
+        from timebill_msgs.action import Instruct
         from timebill_ros.tools.client import make_goal, outcome_name
         run = self.clients[node].ask(
             make_goal(item.instruction, budget_s, item.context, policy=policy, mode=mode,
@@ -250,7 +250,7 @@ def main(argv=None) -> int:
                         help='with --reuse: run the int8-dynamic node again (after a change '
                              'to the quantisation or the decode loop)')
     args = parser.parse_args(argv)
-    from timebill_ros.action import Instruct
+    from timebill_msgs.action import Instruct
     from timebill_ros.tools.client import ensure_init
     G = Instruct.Goal
     KILL, SKIP = G.KILL, G.SKIP_NEXT

@@ -94,7 +94,7 @@ class TimeBillBench(harness.Nodes):
 
     def start(self, log, only=None) -> None:
         """Start the three nodes (one at a time: a missing profile is calibrated once)."""
-        from timebill_ros.msg import DeadlineTelemetry
+        from timebill_msgs.msg import DeadlineTelemetry
         common = {'model': 'embedded', 'infeasible': 'best_effort', 'calibrate_on_start': True,
                   'calibration_quick': True, 'max_new_tokens_limit': 1024}
         settings = {'fp32': {'length_predictor': 'rlp'},
@@ -116,7 +116,7 @@ class TimeBillBench(harness.Nodes):
     def run(self, node: str, item: tasks.TaskItem, strategy: str, budget_s: float,
             **goal) -> Measured:
         """Send one goal, wait for its end and score it."""
-        from timebill_ros.action import Instruct
+        from timebill_msgs.action import Instruct
         from timebill_ros.tools.client import make_goal, outcome_name
         run = self.clients[node].ask(
             make_goal(item.instruction, budget_s, item.context,
@@ -253,7 +253,7 @@ def k_only(args, out: Path, ks: tuple) -> int:
     os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
     import rclpy
     from transformers import AutoTokenizer
-    from timebill_ros.action import Instruct
+    from timebill_msgs.action import Instruct
     from timebill_ros.runtime.model import resolve_source
     tokenizer = AutoTokenizer.from_pretrained(resolve_source('embedded')[0])
     wanted = [(i['task'], i['id']) for i in report['items']]
@@ -346,7 +346,7 @@ def main(argv=None) -> int:
     os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
     import rclpy
     from transformers import AutoTokenizer
-    from timebill_ros.action import Instruct
+    from timebill_msgs.action import Instruct
     from timebill_ros.runtime.model import resolve_source
     G = Instruct.Goal
 

@@ -96,7 +96,7 @@ def node_rows(client, goals: list, items: list, precision: str) -> list:
     (a fixed choice, no cut). make_goal's default mode is MODE_NONE: the first run of
     this benchmark sent its "AUTO" goals so, to the float32 model.
     """
-    from timebill_ros.action import Instruct
+    from timebill_msgs.action import Instruct
     from timebill_ros.core.request import Mode, Outcome
     from timebill_ros.tools.client import make_goal
     start, runs = time.monotonic(), []

@@ -28,9 +28,9 @@ from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 
 from conftest import NodeProcess  # noqa: E402
 from test_node_embedded import CONTEXT, G, INSTRUCTION, MAX_NEW, _plan  # noqa: E402
-from timebill_ros.msg import DeadlineTelemetry  # noqa: E402
+from timebill_msgs.msg import DeadlineTelemetry  # noqa: E402
+from timebill_msgs.srv import PlanInstruction  # noqa: E402
 from timebill_ros.tools.client import InstructClient, make_goal  # noqa: E402
-from timebill_ros.srv import PlanInstruction  # noqa: E402
 
 DEFAULT_PROFILE = '~/.cache/timebill_ros/profiles/SmolLM2-135M-Instruct-cpu-float32.yaml'
 

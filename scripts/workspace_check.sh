@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Build and test timebill_ros as a user's workspace would: a clean copy of the committed
-# tree in <ws>/src, `colcon build`, `colcon test`, `colcon test-result`.
+# tree in <ws>/src, `colcon build` (both packages: timebill_msgs, then timebill_ros),
+# `colcon test`, `colcon test-result`.
 #   scripts/workspace_check.sh [WS]     (default: a new temporary directory)
 #   PYTEST_ADDOPTS='-k config' scripts/workspace_check.sh   # a subset of the suite
 # Needs the checkout's .venv (make venv): it stands in for a ROS 2 install + pip deps.
@@ -28,8 +29,11 @@ set +u
 # shellcheck disable=SC1091
 . install/setup.bash
 set -u
+echo "== packages built:"
+ls install/timebill_msgs/share/timebill_msgs/action install/timebill_ros/share/timebill_ros
 echo "== tools on the install's lib/timebill_ros:"
 ls install/timebill_ros/lib/timebill_ros
 echo "== colcon test"
-colcon test --packages-select timebill_ros --event-handlers console_cohesion+ || true
+colcon test --packages-select timebill_msgs timebill_ros --event-handlers console_cohesion+ \
+  || true
 colcon test-result --verbose

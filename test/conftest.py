@@ -141,7 +141,7 @@ def topic_probe(name: str, namespace: str = ''):
     """Yield (Instruction publisher, list of Responses seen) on a node's topics."""
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
-    from timebill_ros.msg import Instruction, Response
+    from timebill_msgs.msg import Instruction, Response
     node = rclpy.create_node(name)
     responses = []
     node.create_subscription(Response, f'{namespace}/timebill/responses', responses.append, 10)

@@ -9,7 +9,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The package, the lab beside it (benchmarks/, training/: not installed, linted the same),
 # the tests and the scripts; the Makefile's LINT_PATHS and DOC_PATHS name the same.
 PATHS = ['timebill_ros', 'benchmarks', 'training', 'test', 'launch', 'scripts/timebill_node',
-         'scripts/ete_in_node.py', 'setup.py']
+         'scripts/ete_in_node.py']
 DOC_PATHS = ['timebill_ros', 'benchmarks', 'training', 'test', 'scripts/ete_in_node.py']
 
 

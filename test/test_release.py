@@ -1,5 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Release files: one version, the licence package.xml names, SPDX lines, declared imports."""
+"""Release files: one version, the licence package.xml names, SPDX lines, declared imports.
+
+Two ROS packages share the repository: timebill_ros (packaging/timebill_ros/package.xml,
+where the version is written) and timebill_msgs (timebill_msgs/package.xml, the same
+version).
+"""
 
 import ast
 from pathlib import Path
@@ -10,7 +15,8 @@ import sys
 import timebill_ros
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE_XML = (ROOT / 'package.xml').read_text(encoding='utf-8')
+PACKAGE_XML = (ROOT / 'packaging' / 'timebill_ros' / 'package.xml').read_text(encoding='utf-8')
+MSGS_XML = (ROOT / 'timebill_msgs' / 'package.xml').read_text(encoding='utf-8')
 
 # Import name -> how package.xml or the pip requirements name it.
 DECLARED_AS = {'yaml': 'pyyaml', 'llama_cpp': 'llama-cpp-python', 'rank_bm25': 'rank-bm25',
@@ -23,15 +29,29 @@ def tracked(*patterns: str) -> list:
     return [ROOT / name for name in listed]
 
 
+def version_of(package_xml: str) -> str:
+    return re.search(r'<version>([^<]+)</version>', package_xml).group(1)
+
+
 def test_the_version_is_written_once_in_package_xml():
-    version = re.search(r'<version>([^<]+)</version>', PACKAGE_XML).group(1)
+    version = version_of(PACKAGE_XML)
     assert timebill_ros.__version__ == version
     changelog = (ROOT / 'CHANGELOG.rst').read_text(encoding='utf-8')
     newest = re.search(r'^(\d+\.\d+\.\d+) \(\d{4}-\d{2}-\d{2}\)$', changelog, re.MULTILINE)
     assert newest.group(1) == version, 'CHANGELOG.rst: its newest entry is the version'
-    setup = subprocess.run([sys.executable, 'setup.py', '--version'], cwd=ROOT,
-                           capture_output=True, text=True, timeout=120)
+    # pip's metadata (setup.cfg: attr timebill_ros.__version__) reads the same file.
+    read = ('from setuptools.config.setupcfg import read_configuration; '
+            "print(read_configuration('setup.cfg')['metadata']['version'])")
+    setup = subprocess.run([sys.executable, '-c', read], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120)
     assert setup.stdout.strip().splitlines()[-1] == version, setup.stderr
+
+
+def test_both_ros_packages_carry_the_same_version_and_licence():
+    assert version_of(MSGS_XML) == version_of(PACKAGE_XML), \
+        'timebill_msgs/package.xml and packaging/timebill_ros/package.xml disagree'
+    assert '<license>Apache-2.0</license>' in MSGS_XML
+    assert '<name>timebill_msgs</name>' in MSGS_XML and '<name>timebill_ros</name>' in PACKAGE_XML
 
 
 def test_the_licence_file_is_the_one_package_xml_names():

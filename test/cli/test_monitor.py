@@ -5,10 +5,10 @@ node's own builders, no terminal)."""
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rich.console import Console
 
+from timebill_msgs.msg import DeadlineTelemetry, InferencePlan
 from timebill_ros.cli.monitor import MonitorState
 from timebill_ros.core.telemetry import GoalRecord, Telemetry, Thresholds
 from timebill_ros.core.request import Outcome
-from timebill_ros.msg import DeadlineTelemetry, InferencePlan
 from timebill_ros.ros.diagnostics import build_array, build_status
 
 

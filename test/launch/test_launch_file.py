@@ -41,8 +41,10 @@ def test_plain_and_managed_node_share_one_set_of_arguments():
 
 def test_the_launched_executable_and_the_default_parameters_exist():
     root = LAUNCH.parents[1]
-    cmake = (root / 'CMakeLists.txt').read_text(encoding='utf-8')
-    assert 'install(PROGRAMS scripts/timebill_node DESTINATION lib/${PROJECT_NAME})' in cmake
+    cmake = (root / 'packaging' / 'timebill_ros' / 'CMakeLists.txt').read_text(encoding='utf-8')
+    assert ('install(PROGRAMS "${_timebill_root}/scripts/timebill_node" '
+            'DESTINATION lib/${PROJECT_NAME})') in cmake
+    assert 'install(DIRECTORY "${_timebill_root}/launch"' in cmake
     assert (root / 'scripts' / 'timebill_node').is_file()
     params = yaml.safe_load((root / 'config' / 'timebill.yaml').read_text(encoding='utf-8'))
     assert params['/**']['ros__parameters']

@@ -17,7 +17,7 @@ from action_msgs.msg import GoalStatus
 import pytest
 
 from conftest import NodeProcess
-from timebill_ros.action import Instruct
+from timebill_msgs.action import Instruct
 from timebill_ros.tools.client import InstructClient, make_goal
 
 R = Instruct.Result

@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from timebill_ros.action import Instruct
+from timebill_msgs.action import Instruct
 from timebill_ros.core.profile import Profile
 from timebill_ros.tools.client import InstructClient, make_goal
 from timebill_ros.runtime.model import tiny_random_dir

@@ -11,7 +11,7 @@ from lifecycle_msgs.srv import ChangeState, GetState
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
 
-from timebill_ros.action import Instruct
+from timebill_msgs.action import Instruct
 from timebill_ros.tools.client import ClientTimeout, InstructClient, make_goal
 from conftest import NodeProcess
 

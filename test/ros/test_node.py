@@ -10,10 +10,10 @@ from diagnostic_msgs.msg import DiagnosticArray
 from action_msgs.msg import GoalStatus
 
 from conftest import NodeProcess
-from timebill_ros.action import Instruct
-from timebill_ros.msg import DeadlineTelemetry, Instruction, Response
+from timebill_msgs.action import Instruct
+from timebill_msgs.msg import DeadlineTelemetry, Instruction, Response
+from timebill_msgs.srv import PlanInstruction
 from timebill_ros.tools.client import InstructClient, make_goal
-from timebill_ros.srv import PlanInstruction
 
 R = Instruct.Result
 G = Instruct.Goal

@@ -8,7 +8,7 @@ import pytest
 from action_msgs.msg import GoalStatus
 
 from conftest import NodeProcess
-from timebill_ros.action import Instruct
+from timebill_msgs.action import Instruct
 from timebill_ros.tools.client import InstructClient, make_goal
 from timebill_ros.ros.convert import s_to_duration
 
@@ -42,7 +42,7 @@ def goal(mode, budget=60.0, token_deadline=0.0, max_new=12):
 
 
 def test_early_exit_goal_runs_with_exits_reported(client):
-    from timebill_ros.msg import DeadlineTelemetry
+    from timebill_msgs.msg import DeadlineTelemetry
     seen = []
     got = threading.Event()
 

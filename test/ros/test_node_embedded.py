@@ -10,9 +10,9 @@ from action_msgs.msg import GoalStatus
 from builtin_interfaces.msg import Duration
 
 from conftest import NodeProcess, run_unstalled
-from timebill_ros.action import Instruct
+from timebill_msgs.action import Instruct
+from timebill_msgs.srv import PlanInstruction
 from timebill_ros.tools.client import InstructClient, make_goal
-from timebill_ros.srv import PlanInstruction
 
 R, G = Instruct.Result, Instruct.Goal
 SENTENCES = [

@@ -7,11 +7,11 @@ import pytest
 from action_msgs.msg import GoalStatus
 
 from conftest import NodeProcess
-from timebill_ros.action import Instruct
+from timebill_msgs.action import Instruct
+from timebill_msgs.srv import PlanInstruction
 from timebill_ros.tools.client import InstructClient, make_goal
 from timebill_ros.ros.convert import s_to_duration
 from timebill_ros.runtime.length_heads import LinearHead
-from timebill_ros.srv import PlanInstruction
 
 R, G = Instruct.Result, Instruct.Goal
 PROMPT = 'Describe the route to the loading dock.'

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from timebill_ros.action import Instruct
+from timebill_msgs.action import Instruct
 from timebill_ros.core.cuts import CutEffect, CutEffects
 from timebill_ros.core.precision import UnitTimes
 from timebill_ros.tools.client import InstructClient, make_goal

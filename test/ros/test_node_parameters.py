@@ -18,8 +18,8 @@ from rcl_interfaces.srv import DescribeParameters, GetParameters, SetParameters
 from rclpy.parameter import Parameter
 
 from conftest import client_fixture, NodeProcess
+from timebill_msgs.action import Instruct
 from timebill_ros.cli.monitor import MonitorState
-from timebill_ros.action import Instruct
 from timebill_ros.core.request import Outcome
 from timebill_ros.tools.client import make_goal
 

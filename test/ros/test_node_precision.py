@@ -8,7 +8,7 @@ the planner and the action round trip are the real ones.
 
 import pytest
 
-from timebill_ros.action import Instruct
+from timebill_msgs.action import Instruct
 from timebill_ros.tools.client import InstructClient, make_goal
 from conftest import NodeProcess, topic_probe
 
@@ -58,7 +58,7 @@ def test_auto_switches_to_int8_decoding_only_when_the_full_model_cannot_fit(clie
 def test_an_instruction_on_the_topic_carries_the_goals_pin_and_length(client, wait_until):
     # A recorded stack's Instruction replays with the same planning fields as its goal.
     from builtin_interfaces.msg import Duration
-    from timebill_ros.msg import Instruction
+    from timebill_msgs.msg import Instruction
     with topic_probe('test_precision_topic') as (publisher, responses):
         wait_until(lambda: publisher.get_subscription_count() > 0, 10, 'the node subscribing')
         publisher.publish(Instruction(id='pinned', instruction='Report the battery level.',

@@ -9,7 +9,7 @@ import yaml
 from action_msgs.msg import GoalStatus
 
 from conftest import client_fixture, NodeProcess, ROOT
-from timebill_ros.action import Instruct
+from timebill_msgs.action import Instruct
 from timebill_ros.tools.client import make_goal
 
 R, G = Instruct.Result, Instruct.Goal

@@ -9,8 +9,8 @@ import pytest
 from builtin_interfaces.msg import Duration
 
 from conftest import client_fixture, NodeProcess, topic_probe
-from timebill_ros.action import Instruct
-from timebill_ros.msg import ChatTurn, Instruction
+from timebill_msgs.action import Instruct
+from timebill_msgs.msg import ChatTurn, Instruction
 from timebill_ros.tools.client import make_goal
 
 R = Instruct.Result

@@ -206,7 +206,7 @@ def test_a_goal_the_replica_refuses_is_rejected_and_leaves_the_replica_serving(c
 
 
 def test_a_skip_next_goal_runs_late_and_the_next_goal_gives_its_turn_up(client, node):
-    from timebill_ros.action import Instruct
+    from timebill_msgs.action import Instruct
     from timebill_ros.tools.client import make_goal
     # The greedy essay runs past 700 tokens: with 1024 allowed it streams far past its 3-s
     # deadline on any replica speed, and is canceled once the next goal has its result

@@ -52,7 +52,7 @@ def test_round_trip(tmp_path, storage, suffix):
 
 def test_stored_bytes_are_what_rclpy_publishes(tmp_path):
     from rclpy.serialization import deserialize_message, serialize_message
-    from timebill_ros.msg import Instruction
+    from timebill_msgs.msg import Instruction
     bag = bags.write_workload(tmp_path / 'w', ITEMS, start_ns=START)
     for message in bags.read_workload(bag).messages:
         msg = deserialize_message(message.raw, Instruction)
@@ -123,7 +123,7 @@ def test_wrong_message_type(tmp_path, storage, suffix):
     bag = bags.write_bag(tmp_path / 's', {bags.DEFAULT_TOPIC: 'std_msgs/msg/String'},
                          [(bags.DEFAULT_TOPIC, START, raw)], storage)
     with pytest.raises(bags.BagTypeError,
-                       match='carries std_msgs/msg/String, not timebill_ros/msg/Instruction'):
+                       match='carries std_msgs/msg/String, not timebill_msgs/msg/Instruction'):
         bags.read_workload(bag)
 
 
@@ -158,7 +158,7 @@ def _bag_of_definition(path, definition, fields):
 
 def test_a_bag_of_the_earlier_instruction_reads_and_replays_as_todays(tmp_path):
     from rclpy.serialization import deserialize_message
-    from timebill_ros.msg import Instruction
+    from timebill_msgs.msg import Instruction
     duration = get_typestore(Stores.ROS2_KILTED).types['builtin_interfaces/msg/Duration']
     bag = _bag_of_definition(tmp_path / 'old', EARLIER, dict(
         id='a', instruction='Say hello.', context='', budget=duration(sec=2, nanosec=500000000),
@@ -176,6 +176,42 @@ def test_a_bag_of_the_earlier_instruction_reads_and_replays_as_todays(tmp_path):
     assert all(i.precision == '' and i.eviction_ratio == 0.0 for i in committed.items)
 
 
+LEGACY = 'timebill_ros/msg/Instruction'
+
+
+@pytest.mark.parametrize('storage, suffix', STORAGES)
+def test_a_bag_of_the_legacy_type_name_reads_as_todays(tmp_path, storage, suffix):
+    # Before timebill_msgs, timebill_ros generated the messages: same definition, old name.
+    store = bags.typestore()
+    assert bags.legacy_names(bags.INSTRUCTION) == (LEGACY,)
+    assert bags.legacy_names('std_msgs/msg/String') == ()
+    records = [(bags.DEFAULT_TOPIC, START + round(item.arrival_s * 1e9),
+                bytes(store.serialize_cdr(bags.instruction_msg(item, START), LEGACY)))
+               for item in ITEMS]
+    bag = bags.write_bag(tmp_path / 'legacy', {bags.DEFAULT_TOPIC: LEGACY}, records, storage)
+    assert bags.bag_topics(bag) == {bags.DEFAULT_TOPIC: LEGACY}
+    back = bags.read_workload(bag)
+    assert back.items == ITEMS
+    # Replay publishes today's type: the bytes are re-encoded (same values, same layout).
+    for message, (_, _, raw) in zip(back.messages, records):
+        assert bags.item_from_msg(bags.deserialize(message.raw, bags.INSTRUCTION),
+                                  message.item.arrival_s) == message.item
+        assert message.raw == raw
+
+
+def test_a_committed_replay_bag_of_the_legacy_names_reads():
+    # results/ holds bags recorded before timebill_msgs: Responses and telemetry read too.
+    bag = ROOT / 'results/sched/runs/edf-burst-0.8/replay_bag'
+    if not bag.is_dir():
+        pytest.skip(f'{bag} is not in this checkout')
+    topics = bags.bag_topics(bag)
+    assert topics['/sched/timebill/responses'] == 'timebill_ros/msg/Response'
+    responses = bags.read_messages(bag, '/sched/timebill/responses', bags.RESPONSE)
+    telemetry = bags.read_messages(bag, '/sched/timebill/telemetry', bags.TELEMETRY)
+    assert len(responses) == 20 and len(telemetry) == 13
+    assert all(msg.id for _, msg, _ in responses)
+
+
 def test_another_definition_of_the_type(tmp_path):
     # Same type name, fields that differ from ours (not a prefix): decoding would misread.
     other = EARLIER.replace('builtin_interfaces/Duration budget', 'float64 budget')
@@ -190,7 +226,7 @@ def test_undecodable_message(tmp_path):
     bag = bags.write_bag(tmp_path / 'g', {bags.DEFAULT_TOPIC: bags.INSTRUCTION},
                          [(bags.DEFAULT_TOPIC, START, b'\x00\x01\x00\x00\xff\xff\xff\x7f')])
     with pytest.raises(bags.BagFormatError, match='message 0 on /timebill/instructions is '
-                                                  'not a valid timebill_ros/msg/Instruction'):
+                                                  'not a valid timebill_msgs/msg/Instruction'):
         bags.read_workload(bag)
 
 

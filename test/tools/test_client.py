@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from timebill_ros.action import Instruct
+from timebill_msgs.action import Instruct
 from timebill_ros.tools.client import GoalRun, InstructClient
 
 

@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     print('starting the timebill node (first start dequantises the embedded model)...')
     node = start_node(args.params_file, extra)
     import rclpy
-    from timebill_ros.action import Instruct
+    from timebill_msgs.action import Instruct
     from timebill_ros.tools.client import InstructClient, make_goal
     R, G = Instruct.Result, Instruct.Goal
     rclpy.init()

@@ -38,7 +38,7 @@ def parse(argv) -> argparse.Namespace:
 
 def goals(client, burst: int) -> list:
     """Send the demo's goals; return what went differently from what it shows."""
-    from timebill_ros.action import Instruct
+    from timebill_msgs.action import Instruct
     from timebill_ros.evaluation import robot_workload
     from timebill_ros.tools.client import make_goal, outcome_name
     R, failures = Instruct.Result, []

@@ -130,7 +130,7 @@ def main(argv=None) -> int:
     from rich.console import Console
     from rich.live import Live
     from diagnostic_msgs.msg import DiagnosticArray
-    from timebill_ros.msg import DeadlineTelemetry
+    from timebill_msgs.msg import DeadlineTelemetry
     from timebill_ros.ros.qos import reliable
     state = MonitorState(keep=args.keep, node=args.node)
     rclpy.init()

@@ -2,7 +2,7 @@
 """Request workloads for replay: arrival-time patterns and workload items (no ROS, no torch).
 
 A workload is a list of ``WorkloadItem`` sorted by arrival offset. The fields
-mirror the ``timebill_ros/msg/Instruction`` message; values the node judges
+mirror the ``timebill_msgs/msg/Instruction`` message; values the node judges
 itself (an empty instruction, a zero budget, a budget over ``max_budget_s``, an
 unavailable mode) pass through unchanged so a workload can exercise rejections.
 Only values the message cannot carry, and ids that would make responses

@@ -7,13 +7,13 @@ import math
 
 from builtin_interfaces.msg import Duration
 
-from timebill_ros.action import Instruct
+from timebill_msgs.action import Instruct
+from timebill_msgs.msg import DeadlineTelemetry, InferencePlan, Response
 from timebill_ros.core.early_exit import FORCED, FULL, THRESHOLD
 from timebill_ros.core.execution import JobResult, TokenEvent
 from timebill_ros.core.planning import Plan
 from timebill_ros.core.request import GoalSpec, Rejection
 from timebill_ros.core.telemetry import tpot_stats
-from timebill_ros.msg import DeadlineTelemetry, InferencePlan, Response
 
 
 def duration_to_s(duration: Duration) -> float:

@@ -20,12 +20,13 @@ from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
 from diagnostic_msgs.msg import DiagnosticArray
 
-from timebill_ros.action import Instruct
+from timebill_msgs.action import Instruct
+from timebill_msgs.msg import DeadlineTelemetry, Instruction, Response
+from timebill_msgs.srv import Calibrate, PlanInstruction
 from timebill_ros.core.config import NodeConfig
 from timebill_ros.core.execution import JobResult
 from timebill_ros.core.feedback import FeedbackPacer
 from timebill_ros.core.request import Outcome, Rejection
-from timebill_ros.msg import DeadlineTelemetry, Instruction, Response
 from timebill_ros.ros import convert, parameters
 from timebill_ros.ros.diagnostics import build_array, build_statuses
 from timebill_ros.ros.heap import freeze_startup_heap
@@ -35,7 +36,6 @@ from timebill_ros.serving.assembly import Assembly
 from timebill_ros.serving.jobs import Job, JobHooks
 from timebill_ros.serving.local_executor import local_server
 from timebill_ros.serving.server import Server
-from timebill_ros.srv import Calibrate, PlanInstruction
 
 
 class UuidActionServer(ActionServer):

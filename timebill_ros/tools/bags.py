@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """rosbag2 files of Instructions, Responses and telemetry, through the pure-Python rosbags.
 
-No rclpy here: the message types come from the package's own ``.msg`` files
-(the installed share directory, else the repository's ``msg/``), registered in
-a rosbags typestore on top of the ROS 2 Kilted base types. Bags are written as
+No rclpy here: the message types come from timebill_msgs' ``.msg`` files (the
+installed share directory, else the repository's ``timebill_msgs/msg/``), registered
+in a rosbags typestore on top of the ROS 2 Kilted base types. Bags are written as
 rosbag2 format version 9, sqlite3 (default) or MCAP, so ``ros2 bag play`` and
 ``ros2 bag info`` on a ROS 2 install read them.
 
@@ -12,6 +12,8 @@ names the bag: ``BagNotFoundError``, ``BagFormatError`` (not a bag, truncated,
 corrupt, undecodable), ``BagTopicError`` (topic absent), ``BagTypeError``
 (topic of another message type or definition). An Instruction recorded before
 fields were appended to it reads with its own definition; the new fields are 0 / ''.
+A bag recorded before the interfaces moved to timebill_msgs names its types
+``timebill_ros/msg/...`` (LEGACY_PACKAGES): it reads as the same messages.
 """
 
 from __future__ import annotations
@@ -32,10 +34,13 @@ from rosbags.typesys import get_types_from_msg, get_typestore, Stores
 
 from timebill_ros.core.workload import check_workload, WorkloadItem
 
-PACKAGE = 'timebill_ros'
-INSTRUCTION = 'timebill_ros/msg/Instruction'
-RESPONSE = 'timebill_ros/msg/Response'
-TELEMETRY = 'timebill_ros/msg/DeadlineTelemetry'
+PACKAGE = 'timebill_msgs'
+# Packages that generated these messages before timebill_msgs did (timebill_ros up to
+# 0.2.0): bags recorded then carry e.g. timebill_ros/msg/Instruction, the same definition.
+LEGACY_PACKAGES = ('timebill_ros',)
+INSTRUCTION = 'timebill_msgs/msg/Instruction'
+RESPONSE = 'timebill_msgs/msg/Response'
+TELEMETRY = 'timebill_msgs/msg/DeadlineTelemetry'
 DEFAULT_NODE = '/timebill'
 DEFAULT_TOPIC = DEFAULT_NODE + '/instructions'
 STORAGES = {'sqlite3': StoragePlugin.SQLITE3, 'mcap': StoragePlugin.MCAP}
@@ -109,23 +114,35 @@ def msg_dir() -> Path:
     candidates = [Path(prefix) / 'share' / PACKAGE / 'msg'
                   for prefix in os.environ.get('AMENT_PREFIX_PATH', '').split(os.pathsep)
                   if prefix]
-    candidates.append(Path(__file__).resolve().parents[2] / 'msg')
+    candidates.append(Path(__file__).resolve().parents[2] / PACKAGE / 'msg')
     for candidate in candidates:
         if (candidate / 'Instruction.msg').is_file():
             return candidate
-    raise BagError('cannot find the timebill_ros .msg files (looked in '
+    raise BagError(f'cannot find the {PACKAGE} .msg files (looked in '
                    + ', '.join(str(c) for c in candidates) + ')')
 
 
 @functools.lru_cache(maxsize=None)
 def typestore():
-    """Return the ROS 2 Kilted typestore with the timebill_ros messages registered."""
+    """Return the ROS 2 Kilted typestore with the timebill_msgs messages registered.
+
+    They are registered under their legacy names too (``timebill_ros/msg/...``), so a
+    bag recorded before timebill_msgs existed decodes and its definitions compare.
+    """
     store = get_typestore(Stores.ROS2_KILTED)
     types = {}
     for path in sorted(msg_dir().glob('*.msg')):
-        types.update(get_types_from_msg(path.read_text(), f'{PACKAGE}/msg/{path.stem}'))
+        for package in (PACKAGE, *LEGACY_PACKAGES):
+            types.update(get_types_from_msg(path.read_text(), f'{package}/msg/{path.stem}'))
     store.register(types)
     return store
+
+
+def legacy_names(msgtype: str) -> tuple:
+    """Return the names a bag recorded before timebill_msgs gives ``msgtype`` (may be none)."""
+    package, sep, rest = msgtype.partition('/')
+    return tuple(f'{old}/{rest}' for old in LEGACY_PACKAGES) if sep and package == PACKAGE \
+        else ()
 
 
 def storage_plugin(storage: str) -> StoragePlugin:
@@ -302,6 +319,7 @@ def read_messages(path, topic: str, msgtype: str) -> list:
 
     Messages recorded with an earlier definition of ``msgtype`` (this package's, before
     fields were appended to it) decode with that definition; the bytes stay as recorded.
+    A topic recorded under the type's legacy name (``legacy_names``) reads the same.
     Raises BagTopicError when the topic is absent, BagTypeError when it carries
     another type (or another definition of ``msgtype``), BagFormatError when a
     message cannot be decoded or fewer messages than recorded can be read.
@@ -318,7 +336,8 @@ def read_messages(path, topic: str, msgtype: str) -> list:
         try:
             for connection, log_time, raw in reader.messages(connections=connections):
                 raw = bytes(raw)
-                msg = _decode(stores[connection.id], path, topic, msgtype, raw, len(out))
+                msg = _decode(stores[connection.id], path, topic, connection.msgtype, raw,
+                              len(out))
                 out.append((log_time, msg, raw))
         except BagError:
             raise
@@ -336,24 +355,25 @@ def read_messages(path, topic: str, msgtype: str) -> list:
 def _stores(path: Path, topic: str, msgtype: str, connections) -> dict:
     """Return {connection id: the typestore that decodes its messages}."""
     found = sorted({c.msgtype for c in connections})
-    if found != [msgtype]:
+    if not set(found) <= {msgtype, *legacy_names(msgtype)}:
         raise BagTypeError(f'bag {path}: topic {topic} carries {", ".join(found)}, '
                            f'not {msgtype}')
     ours = typestore()
-    digest = ours.hash_rihs01(msgtype)
-    fields = ours.fielddefs[msgtype][1]
     stores = {}
     for connection in connections:
+        # The name it was recorded under (today's or a legacy one) is the name it decodes as.
+        recorded_type = connection.msgtype
+        digest = ours.hash_rihs01(recorded_type)
         # Older bags (Humble) record no hash; decoding then has to tell.
         if not connection.digest.startswith('RIHS01_') or connection.digest == digest:
             stores[connection.id] = ours
             continue
-        recorded = _recorded_store(connection, msgtype)
-        theirs = recorded.fielddefs[msgtype][1] if recorded is not None else None
-        if not theirs or theirs != fields[:len(theirs)]:
+        recorded = _recorded_store(connection, recorded_type)
+        theirs = recorded.fielddefs[recorded_type][1] if recorded is not None else None
+        if not theirs or theirs != ours.fielddefs[recorded_type][1][:len(theirs)]:
             raise BagTypeError(
                 f'bag {path}: topic {topic} was recorded with another definition of '
-                f'{msgtype} ({connection.digest}; this package has {digest})')
+                f'{recorded_type} ({connection.digest}; this package has {digest})')
         stores[connection.id] = recorded  # an earlier form: our fields, fewer of them
     return stores
 

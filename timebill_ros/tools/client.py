@@ -16,8 +16,8 @@ from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
 from unique_identifier_msgs.msg import UUID
 
-from timebill_ros.action import Instruct
-from timebill_ros.msg import ChatTurn, Response
+from timebill_msgs.action import Instruct
+from timebill_msgs.msg import ChatTurn, Response
 from timebill_ros.ros.convert import s_to_duration
 from timebill_ros.ros.qos import action_client_qos, reliable
 

@@ -213,7 +213,7 @@ class _Session:
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
 
-        from timebill_ros.msg import DeadlineTelemetry, Instruction, Response
+        from timebill_msgs.msg import DeadlineTelemetry, Instruction, Response
         from timebill_ros.ros.qos import BURST_DEPTH, reliable
 
         context = self.context
