@@ -64,7 +64,10 @@ def test_one_word_decision_with_3_s_is_accepted_and_completes(client):
     assert res.outcome == R.COMPLETED and res.deadline_met, res.reason
     assert run.status == GoalStatus.STATUS_SUCCEEDED
     assert res.e2e_s <= 3.0 and res.tokens < 20
-    assert res.plan.predictor.startswith('rlp') and res.plan.predicted_tokens < 64
+    # The shipped head predicts a short answer; or, where the whole cap fits on the most
+    # faithful option, no prediction could change the plan and none is made.
+    assert (res.plan.predictor.startswith('rlp') and res.plan.predicted_tokens < 64) or \
+        'no prediction could change the plan' in res.plan.note, res.plan.note
     assert res.plan.fit_probability > 0.5 and res.plan.eviction_ratio == 0.0  # too short
     assert res.text.strip() and run.streamed_text == res.text
 
