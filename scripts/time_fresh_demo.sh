@@ -27,7 +27,7 @@ stamped "$out/first_make_demo.log"
 stamped "$out/second_make_demo.log"
 
 first_of() {  # first_of LOG PATTERN: the stamp of the first line matching PATTERN
-  grep -m1 -E "$2" "$1" | sed -E 's/^\[ *([0-9.]+)\].*/\1/'
+  grep -m1 -E -e "$2" "$1" | sed -E 's/^\[ *([0-9.]+)\].*/\1/'
 }
 {
   echo "# make demo on a fresh clone ($(date -u +%Y-%m-%dT%H:%MZ))"
