@@ -168,7 +168,9 @@ def reuse_node_paths(report: dict, earlier: dict, items: list, renames: dict) ->
     for key, rows in earlier['rows'].items():
         trace, load, name = key.split(' ', 2)
         name = renames.get(name, name)
-        cells = report['cells'][trace][float(load)]
+        cells = report['cells'].get(trace, {}).get(float(load))
+        if cells is None:  # a load (or trace) not run this time
+            continue
         if name != 'peer' and name not in cells:
             report['rows'][f'{trace} {load} {name}'] = rows
             cells[name] = cell(rows, items)

@@ -31,3 +31,12 @@ def test_nothing_pauses_without_a_free_cache_seat():
 def test_the_earliest_paused_deadline_is_what_a_waiting_goal_must_beat():
     assert resumes_before([12.0, 7.0]) == 7.0
     assert resumes_before([]) == math.inf
+
+
+def test_a_loop_keeps_a_seat_to_pause_a_goal_while_another_prefills():
+    from timebill_ros.core.preemption import loop_seats
+    # One goal decoding and one prefilling (two seats of one place): the third seat lets
+    # a goal with an earlier deadline pause the decoding one.
+    assert loop_seats(1) == 3 and loop_seats(4) == 9
+    decoding = [Decoding('long', 30.0, True)]
+    assert to_pause(decoding, 1.0, seats_free=loop_seats(1) - 2) == 'long'

@@ -15,6 +15,18 @@ import math
 from typing import Sequence
 
 
+def loop_seats(capacity: int) -> int:
+    """Return the goals one decode loop of ``capacity`` holds: its caches (KV seats).
+
+    ``capacity`` decoding, as many more in their prefill (goals with earlier deadlines
+    overtake a long prefill), and one more so that a goal with an earlier deadline can
+    still pause a decoding one while another prefills (without it a long goal decoding
+    beside a long prefill held the loop for seconds while short goals died queued:
+    results/traces/poisson_auto_logged). A llama.cpp context holds this many sequences.
+    """
+    return 2 * max(1, capacity) + 1
+
+
 @dataclass(frozen=True)
 class Decoding:
     """A goal decoding in the loop, as the pause rule sees it.

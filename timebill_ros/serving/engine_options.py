@@ -14,6 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from timebill_ros.core.cut_kinds import handover_name, handover_pairs, HANDOVER_S_PER_TOKEN
+from timebill_ros.core.preemption import loop_seats
 from timebill_ros.core.profile import Profile
 from timebill_ros.runtime.llama_engine import (
     gguf_variant, KV_LAYOUT, LlamaEngine, LlamaModel,
@@ -26,11 +27,10 @@ from timebill_ros.serving.artifacts import Log
 def llama_sequences(max_batch: int) -> int:
     """Return the sequences an option's context holds for a loop of ``max_batch``.
 
-    The loop decodes up to ``max_batch`` goals and holds as many more in their prefill
-    (goals with earlier deadlines overtake a long prefill, serving/loop.py): each needs
-    a sequence, or its prefill would fail.
+    Every goal the loop holds (core.preemption.loop_seats: decoding, prefilling, paused)
+    needs one, or its prefill would fail.
     """
-    return 2 * max(1, max_batch)
+    return loop_seats(max_batch)
 
 
 def llama_engines(config, loaded, log: Log) -> dict:

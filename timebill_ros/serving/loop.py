@@ -24,7 +24,7 @@ from typing import Callable, Protocol, Sequence
 from timebill_ros.core.execution import (
     GenerationStats, PrefillDecision, PrefillInterrupted, TokenEvent)
 from timebill_ros.core.planning import Fallback, Plan
-from timebill_ros.core.preemption import Decoding, to_pause
+from timebill_ros.core.preemption import Decoding, loop_seats, to_pause
 from timebill_ros.serving.engine_interface import LoopEngine, FULL_LANE
 from timebill_ros.serving.members import Member, Prefilling
 from timebill_ros.serving.pausing import PausedGoals
@@ -139,8 +139,8 @@ class DecodeLoop:
         Below ``capacity`` any goal may start. When prefilling goals hold the places a
         goal with an earlier deadline than all of them may still start while a decode
         place is free: it prefills first and decodes while they wait (a long prompt
-        does not stall a short goal). The loop holds at most 2 x ``capacity`` goals
-        (engine_options.llama_sequences).
+        does not stall a short goal). The loop holds at most ``loop_seats(capacity)``
+        goals (engine_options.llama_sequences).
         """
         if self.closed():
             return None
@@ -153,8 +153,8 @@ class DecodeLoop:
         return None
 
     def seats_free(self) -> int:
-        """Count the caches a new goal may still take (2 x ``capacity``, paused ones in)."""
-        return 2 * self.capacity - self.decoding() - len(self.paused)
+        """Count the caches a new goal may still take (``loop_seats``, paused ones in)."""
+        return loop_seats(self.capacity) - self.decoding() - len(self.paused)
 
     def run(self, refill: Callable[['DecodeLoop', float], bool]) -> None:
         """Decode until no goal is left; ``refill(loop, before)`` starts one waiting goal.
