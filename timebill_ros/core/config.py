@@ -274,7 +274,8 @@ _TABLE = (
           'so it still parses; before the next step when that step would end past the '
           'deadline. False: the answer is cut like free text.'),
     Param('llama_context', 8192, 'KV cells of each sequence of a llama.cpp option (longest '
-          'prompt plus answer it can run). An option holds 2 x max_batch sequences, each in '
+          'prompt plus answer it can run). An option holds 2 x max_batch + 1 sequences (the '
+          'goals decoding, prefilling and one paused for an earlier deadline), each in '
           'its own buffer so an answer does not depend on what else the cache holds: about '
           '23 kB a cell for the embedded model (190 MB a sequence at 8192).', 256, 262144),
     Param('length_predictor_max_tokens', 256, 'Longest input the length predictor reads; '
