@@ -156,6 +156,31 @@ def topic_probe(name: str, namespace: str = ''):
         node.destroy_node()
 
 
+def goals_arriving(at=(2, 9, 20)):
+    """Return a calibration's ``stop()`` saying a goal waits at those questions (1-based)."""
+    asked = []
+
+    def goal_waits() -> bool:
+        asked.append(1)
+        return len(asked) in at
+    return goal_waits
+
+
+def drive(steps, between=lambda: None) -> tuple:
+    """Run a calibration generator to its end; return (its profile, the points yielded).
+
+    ``between()`` runs after each yield, where the node would run goals.
+    """
+    yields = 0
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value, yields
+        yields += 1
+        between()
+
+
 def os_threads() -> int:
     """Return the OS threads of this process."""
     return len(os.listdir('/proc/self/task'))

@@ -14,6 +14,7 @@ from timebill_ros.runtime.model import embedded_dir, embedded_gguf, prompt_ids
 from timebill_ros.runtime.profiler import Grid
 from timebill_ros.serving.loop import DecodeLoop, generate
 from timebill_ros.serving.members import Member
+from conftest import drive, goals_arriving
 
 
 @pytest.fixture(scope='module')
@@ -209,23 +210,14 @@ def test_a_calibration_cut_short_frees_its_sequences_and_resumes(engine):
     from timebill_ros.runtime.llama_engine import llama_calibration_steps, probe_command
     grid = Grid(prefill_fit=(16, 64, 160), prefill_heldout=(96,), decode_fit=(16, 128),
                 decode_heldout=(64,), repeats=1, decode_steps=3, warmup=0)
-    asked = []
 
-    def goal_waits():  # goals arrive three times: each cuts a point short
-        asked.append(1)
-        return len(asked) in (2, 9, 20)
-    steps, yields = llama_calibration_steps(engine, grid, 'SmolLM2', goal_waits), 0
-    while True:
-        try:
-            next(steps)
-            yields += 1
-            # Between two points no sequence is held: goals get all three.
-            held = [engine.model.acquire() for _ in range(3)]
-            for seq_id in held:
-                engine.model.release(seq_id)
-        except StopIteration as done:
-            profile = done.value
-            break
+    def all_sequences_free():  # between two points no sequence is held: goals get all three
+        held = [engine.model.acquire() for _ in range(3)]
+        for seq_id in held:
+            engine.model.release(seq_id)
+    # Goals arrive three times: each cuts a point short.
+    profile, yields = drive(llama_calibration_steps(engine, grid, 'SmolLM2', goals_arriving()),
+                            all_sequences_free)
     assert yields > 4 + 3 and profile.timing_model().step(16) > 0  # points cut were redone
     prefill, step = probe_command(engine)
     assert prefill > 0 and step > 0

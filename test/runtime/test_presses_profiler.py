@@ -17,6 +17,7 @@ from timebill_ros.serving.loop import generate  # noqa: E402
 from timebill_ros.runtime.model import load_model, prompt_ids  # noqa: E402
 from timebill_ros.runtime.presses import make_press, press_for_plan, PRESSES  # noqa: E402
 from timebill_ros.runtime.profiler import calibrate, fastest_threads, Grid  # noqa: E402
+from conftest import drive, goals_arriving  # noqa: E402
 
 
 @pytest.fixture(scope='module')
@@ -91,19 +92,9 @@ def test_a_calibration_cut_short_by_goals_resumes_and_measures_every_point(tiny)
     from timebill_ros.runtime.profiler import calibration_steps
     grid = Grid(prefill_fit=(16, 64, 128), prefill_heldout=(96,), decode_fit=(16, 128),
                 decode_heldout=(64,), repeats=1, decode_steps=2, warmup=0)
-    asked = []
-
-    def goal_waits():  # goals arrive three times: each cuts a point short
-        asked.append(1)
-        return len(asked) in (2, 9, 20)
-    steps, yields = calibration_steps(tiny, grid, stop=goal_waits, layer_times=False), 0
-    while True:
-        try:
-            next(steps)
-            yields += 1
-        except StopIteration as done:
-            profile = done.value
-            break
+    # Goals arrive three times: each cuts a point short.
+    profile, yields = drive(calibration_steps(tiny, grid, stop=goals_arriving(),
+                                              layer_times=False))
     points = 4 + 3  # prefill lengths x repeats, decode lengths
     assert yields > points  # the points cut short were measured again
     assert sorted(n for n, _ in profile.prefill_points) == [16, 64, 96, 128]

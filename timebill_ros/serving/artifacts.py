@@ -103,6 +103,20 @@ def stored_profile(log: Log, path: Path, loaded, threads: int,
     return load_checked(log, lambda: Profile.load(path), check, unreadable=str)
 
 
+def save_profile(log: Log, profile: Profile, path: Path) -> str:
+    """Save a measured profile at ``path``; return where it went, for the log line.
+
+    An unwritable cache costs a calibration per start, no more: the profile is then
+    used until the node stops (a warning says why).
+    """
+    try:
+        profile.save(path)
+        return f'saved {path}'
+    except OSError as exc:
+        log.warning(f'cannot save the profile to {path}: {exc}')
+        return f'NOT saved ({exc}); it is used until the node stops'
+
+
 def stored_threads(log: Log, path: Path, loaded) -> int | None:
     """Return the decode threads a matching stored profile was timed at (None: none)."""
     profile = load_checked(log, lambda: Profile.load(path), _made_for(loaded),

@@ -247,12 +247,7 @@ class Assembly:
                                 max_batch=self.config.max_batch
                                 if loaded is self.loaded else 1,
                                 prefill_chunk=self.config.prefill_chunk)
-        try:
-            profile.save(path)
-            where = f'saved {path}'
-        except OSError as exc:  # an unwritable cache costs a calibration per start, no more
-            where = f'NOT saved ({exc}); it is used until the node stops'
-            self.log.warning(f'cannot save the profile to {path}: {exc}')
+        where = artifacts.save_profile(self.log, profile, path)
         self.log.info(
             f'calibrated {loaded.dtype}: held-out MAPE prefill '
             f'{profile.heldout["prefill_mape_pct"]:.2f}%, decode step '

@@ -198,13 +198,7 @@ class Warmup:
     def _store(self, option: str, profile: Profile, seconds: float) -> None:
         """Keep a new profile, save it beside the others and say so."""
         self.profiles[option] = profile
-        path = self._path(option)
-        try:
-            profile.save(path)
-            where = f'saved {path}'
-        except OSError as exc:  # an unwritable cache costs a calibration per start, no more
-            where = f'NOT saved ({exc}); it is used until the node stops'
-            self.log.warning(f'cannot save the profile to {path}: {exc}')
+        where = artifacts.save_profile(self.log, profile, self._path(option))
         held = profile.heldout
         self.log.info(
             f'profiled {self.name(option)} in {seconds:.1f} s: held-out MAPE prefill '
